@@ -1,0 +1,178 @@
+"""Settings: YAML file, then `CTXWARDEN_*` environment overrides (nested with `__`).
+
+    CTXWARDEN_SERVER__PORT=9000 CTXWARDEN_STORE__PATH=/data ctxwarden serve
+
+Unknown keys and bad values stop start-up with a `ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from policies.base import ChunkClass
+
+
+class ConfigError(Exception):
+    """A config that cannot run; the message names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerSettings(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8787, ge=1, le=65535)
+    max_body_mb: float = Field(32.0, gt=0)
+    max_sessions: int = Field(10_000, ge=1)  # in-memory session states kept (LRU)
+
+
+class StoreSettings(_Strict):
+    path: str = "./data/lancedb"  # a directory or an object-store URI (s3://…)
+    embedder: str = "sentence-transformers"
+    embed_model: str = "all-MiniLM-L6-v2"
+
+
+class UpstreamSettings(_Strict):
+    model: str  # LiteLLM model string, e.g. openai/gpt-4o-mini, anthropic/claude-…
+    api_base: str | None = None
+    api_key: str | None = None
+    api_key_env: str | None = None  # read the key from this environment variable
+    # Answer from LiteLLM's mock instead of a provider (no key, no network): the demo.
+    mock_response: str | None = None
+    timeout: float = Field(600.0, gt=0)
+    # auto: OpenAI-wire providers go straight over aiohttp, the rest through litellm.acompletion
+    transport: Literal["auto", "direct", "litellm"] = "auto"
+    extra_headers: dict[str, str] = Field(default_factory=dict)
+
+
+class ClassRule(_Strict):
+    """First matching rule wins; unset fields match anything."""
+
+    role: str | None = None
+    tool: str | None = None  # function name of the call a tool result answers
+    pattern: str | None = None  # regular expression searched in the text
+    position: Literal["first", "last"] | None = None
+    klass: ChunkClass = Field(alias="class")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class ClassificationSettings(_Strict):
+    rules: list[ClassRule] = Field(default_factory=list)
+    bulky_tokens: int = Field(4000, ge=1)  # a tool result this big and log-like is EPHEMERAL
+
+
+class RecallSettings(_Strict):
+    enabled: bool = True
+    budget_fraction: float = Field(0.10, ge=0, le=0.5)
+    min_similarity: float = Field(0.30, ge=-1, le=1)
+    top_k: int = Field(8, ge=1)
+    cross_session: bool = False
+
+
+class RouteSettings(_Strict):
+    name: str
+    model: str = "*"  # glob on the request's `model`
+    upstream: UpstreamSettings
+    context_window: int | None = Field(None, ge=64)
+    max_output_tokens: int = Field(1024, ge=1)
+    policy: str = "rwoe"
+    policy_params: dict[str, Any] = Field(default_factory=dict)
+    watermark: float = Field(0.85, gt=0, le=1)  # evict down to this share of the budget
+    safety_margin: float = Field(0.05, ge=0, lt=0.5)
+    classification: ClassificationSettings = Field(default_factory=ClassificationSettings)
+    recall: RecallSettings = Field(default_factory=RecallSettings)
+
+    def matches(self, model: str) -> bool:
+        return fnmatch.fnmatchcase(model, self.model)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="CTXWARDEN_", env_nested_delimiter="__", extra="forbid"
+    )
+    _yaml_file: ClassVar[Path | None] = None
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    routes: list[RouteSettings] = Field(default_factory=list)
+
+    @field_validator("routes")
+    @classmethod
+    def _unique_names(cls, routes: list[RouteSettings]) -> list[RouteSettings]:
+        seen: set[str] = set()
+        for r in routes:
+            if r.name in seen:
+                raise ValueError(f"duplicate route name {r.name!r}")
+            seen.add(r.name)
+        return routes
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if cls._yaml_file is not None:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=cls._yaml_file))
+        return tuple(sources)
+
+    def route_for(self, model: str) -> RouteSettings | None:
+        for r in self.routes:
+            if r.matches(model):
+                return r
+        return None
+
+
+def _key(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(root)"
+
+
+def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
+    """Load YAML (if given) under env overrides; raise ConfigError naming each bad key."""
+    yaml_path = Path(path) if path is not None else None
+    if yaml_path is not None and not yaml_path.is_file():
+        raise ConfigError(f"config file not found: {yaml_path}")
+    Settings._yaml_file = yaml_path
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        where = f"{yaml_path}: " if yaml_path else ""
+        lines = [f"{_key(e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError(where + "invalid config\n  " + "\n  ".join(lines)) from None
+    except Exception as exc:  # malformed YAML and the like
+        raise ConfigError(f"{yaml_path}: cannot read config: {exc}") from None
+    finally:
+        Settings._yaml_file = None
+    _check_policies(settings)
+    return settings
+
+
+def _check_policies(settings: Settings) -> None:
+    from policies import UnknownPolicy, get_policy
+
+    for i, route in enumerate(settings.routes):
+        try:
+            get_policy(route.policy, **route.policy_params)
+        except UnknownPolicy as exc:
+            raise ConfigError(f"routes[{i}].policy: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"routes[{i}].policy_params: {exc}") from None
