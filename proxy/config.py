@@ -95,7 +95,8 @@ class RouteSettings(_Strict):
     recall: RecallSettings = Field(default_factory=RecallSettings)
 
     def matches(self, model: str) -> bool:
-        return fnmatch.fnmatchcase(model, self.model)
+        """The request's model names this route, or matches its glob."""
+        return model == self.name or fnmatch.fnmatchcase(model, self.model)
 
 
 class Settings(BaseSettings):

@@ -1,0 +1,105 @@
+"""Per-message facts that never change for the same message: cached by content hash.
+
+Agent loops resend the whole history on every call, so everything here is computed once
+per distinct message and looked up afterwards; a turn costs O(new messages) plus one
+hash per message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.tokens import TokenCounter
+
+_ERROR = re.compile(
+    r"^\s*(?:error|exception|traceback|fatal|failed|failure)\b"
+    r"|Traceback \(most recent call last\)|\"error\"\s*:\s*[\"{]|\bexit (?:code|status):? ?[1-9]"
+    r"|command not found|No such file or directory|Permission denied",
+    re.IGNORECASE,
+)
+_LOG_LINE = re.compile(
+    r"^\s*(?:\[?\d{4}-\d\d-\d\d|\[?\d\d:\d\d:\d\d|(?:DEBUG|INFO|WARN|WARNING|ERROR|TRACE)\b)"
+)
+_WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-./:@#]{2,}")
+_STRIP = ".,:;/-#@"
+
+
+def rare_tokens(text: str) -> frozenset[str]:
+    """Ids, paths and numbers: the tokens whose reuse marks a real reference."""
+    out = set()
+    for m in _WORD.finditer(text):
+        w = m.group().strip(_STRIP)
+        if len(w) < 4:
+            continue
+        if any(ch.isdigit() for ch in w) or ("/" in w and "." in w):
+            out.add(w)
+    return frozenset(out)
+
+
+def text_of(msg: dict[str, Any]) -> str:
+    """The message's plain text: content parts, then tool-call names and arguments."""
+    content = msg.get("content")
+    if isinstance(content, str):
+        parts = [content]
+    elif isinstance(content, list):
+        parts = [str(p.get("text", "")) for p in content if isinstance(p, dict)]
+    else:
+        parts = []
+    for call in msg.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        parts.append(f"{fn.get('name', '')}({fn.get('arguments', '')})")
+    return "\n".join(p for p in parts if p)
+
+
+@dataclass(frozen=True, slots=True)
+class MsgInfo:
+    fp: str  # content fingerprint: identical messages share it
+    tokens: int
+    text: str
+    rare: frozenset[str]
+    is_error: bool
+    log_like: bool
+
+
+class MessageAnalyzer:
+    """Fingerprints, counts and inspects messages once; bounded LRU cache."""
+
+    def __init__(self, counter: TokenCounter, cache_size: int = 100_000) -> None:
+        self.counter = counter
+        self._cache: OrderedDict[str, MsgInfo] = OrderedDict()
+        self._cache_size = cache_size
+
+    def info(self, msg: dict[str, Any]) -> MsgInfo:
+        raw = orjson.dumps(msg, option=orjson.OPT_SORT_KEYS)
+        fp = hashlib.blake2b(raw, digest_size=8).hexdigest()
+        hit = self._cache.get(fp)
+        if hit is not None:
+            return hit
+        text = text_of(msg)
+        is_tool = msg.get("role") in ("tool", "function")
+        info = MsgInfo(
+            fp=fp,
+            tokens=self.counter.message(msg),
+            text=text,
+            rare=rare_tokens(text),
+            is_error=is_tool and bool(_ERROR.search(text[:2000])),
+            log_like=is_tool and _looks_like_log(text),
+        )
+        self._cache[fp] = info
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return info
+
+
+def _looks_like_log(text: str) -> bool:
+    lines = text.splitlines()
+    if len(lines) < 40:
+        return False
+    hits = sum(1 for ln in lines[:400] if _LOG_LINE.match(ln))
+    return hits * 2 >= min(len(lines), 400)

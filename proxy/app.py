@@ -1,0 +1,88 @@
+"""`init_app(settings)`: the aiohttp application, its resources and its error boundary."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import structlog
+from aiohttp import web
+
+from proxy import handlers
+from proxy.config import Settings
+from proxy.errors import ProxyError, RouteNotFound
+from proxy.keys import PIPELINE, SETTINGS, STORE, UPSTREAM
+from proxy.pipeline import Pipeline
+from proxy.upstream import Upstream
+from store.base import MemoryStore, Store
+
+log = structlog.get_logger("ctxwarden")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def error_boundary(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure leaves as OpenAI's error shape; input never causes a 500."""
+    request_id = request.headers.get("X-Request-ID") or handlers.new_request_id()
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(request_id=request_id)
+    try:
+        resp = await handler(request)
+    except ProxyError as exc:
+        log.info("error", status=exc.status, code=exc.code, path=request.path)
+        return exc.response({"X-Request-ID": request_id})
+    except web.HTTPNotFound:
+        return RouteNotFound(f"Unknown path: {request.method} {request.path}",
+                             code="unknown_url").response({"X-Request-ID": request_id})
+    except web.HTTPMethodNotAllowed:
+        err = ProxyError(f"Method {request.method} is not allowed on {request.path}",
+                         code="method_not_allowed")
+        resp = err.response({"X-Request-ID": request_id})
+        resp.set_status(405)
+        return resp
+    except Exception:
+        log.exception("internal_error", path=request.path)
+        return ProxyError("The proxy failed while handling this request; see its log for "
+                          f"request id {request_id}.").response({"X-Request-ID": request_id})
+    if not resp.prepared:
+        resp.headers["X-Request-ID"] = request_id
+    return resp
+
+
+def make_store(settings: Settings) -> Store:
+    if settings.store.path == ":memory:":
+        return MemoryStore()
+    from store.embed import get_embedder
+    from store.lance import LanceStore
+
+    embedder = get_embedder(settings.store.embedder, settings.store.embed_model)
+    return LanceStore(settings.store.path, embedder)
+
+
+def init_app(settings: Settings, store: Store | None = None,
+             upstream: Upstream | None = None) -> web.Application:
+    app = web.Application(client_max_size=int(settings.server.max_body_mb * 1024 * 1024),
+                          middlewares=[error_boundary])
+    app[SETTINGS] = settings
+    app[STORE] = store if store is not None else make_store(settings)
+    app[PIPELINE] = Pipeline(settings, app[STORE])
+
+    async def resources(app: web.Application) -> AsyncIterator[None]:
+        app[UPSTREAM] = upstream if upstream is not None else Upstream()
+        yield
+        if upstream is None:
+            await app[UPSTREAM].close()
+        await app[STORE].close()
+
+    app.cleanup_ctx.append(resources)
+    app.router.add_post("/v1/chat/completions", handlers.chat_completions)
+    app.router.add_post("/chat/completions", handlers.chat_completions)
+    app.router.add_get("/v1/models", handlers.models)
+    app.router.add_get("/healthz", handlers.healthz)
+    try:
+        from proxy.admin import setup_admin
+    except ImportError:  # pragma: no cover - the admin API ships with the store
+        pass
+    else:
+        setup_admin(app)
+    return app

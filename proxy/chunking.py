@@ -1,0 +1,177 @@
+"""Messages → classed chunks, with turns, references and tool-call groups (DESIGN.md).
+
+One chunk per message. Turn τ of a message = how many assistant messages precede it (each
+model call is a turn), so any replica derives the same turns from the list alone. An
+assistant message with `tool_calls` heads a *group* with the tool results answering it:
+those are kept or dropped together; a single result may instead become a stub.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.base import Chunk, ChunkClass
+from proxy.analysis import MessageAnalyzer, MsgInfo
+from proxy.config import ClassificationSettings
+
+P, S, T, E = (ChunkClass.PERMANENT, ChunkClass.STRUCTURAL, ChunkClass.TRANSIENT,
+              ChunkClass.EPHEMERAL)
+MAX_REF_SOURCES = 8  # a token found in more chunks than this is not rare here
+
+
+@dataclass(slots=True)
+class Part:
+    chunk: Chunk
+    info: MsgInfo
+    role: str
+    tool_name: str | None = None
+    group: int | None = None  # index of the assistant message heading its tool group
+
+
+@dataclass(slots=True)
+class Conversation:
+    parts: list[Part]
+    turn: int  # current turn t
+    groups: dict[int, list[int]] = field(default_factory=dict)  # head index -> result indices
+
+
+class Chunker:
+    def __init__(self, analyzer: MessageAnalyzer, settings: ClassificationSettings) -> None:
+        self.analyzer = analyzer
+        self.settings = settings
+        self._rules = [(r, re.compile(r.pattern) if r.pattern else None) for r in settings.rules]
+
+    def split(self, messages: Sequence[dict[str, Any]]) -> Conversation:
+        parts: list[Part] = []
+        seen: dict[str, int] = {}
+        groups: dict[int, list[int]] = {}
+        call_owner: dict[str, tuple[int, str]] = {}  # tool_call_id -> (head index, fn name)
+        turn = 0
+        for i, msg in enumerate(messages):
+            info = self.analyzer.info(msg)
+            k = seen.get(info.fp, 0)
+            seen[info.fp] = k + 1
+            cid = info.fp if k == 0 else f"{info.fp}~{k}"
+            role = str(msg.get("role"))
+            part = Part(Chunk(cid, info.tokens, T, turn, index=i, origin=_origin(role)), info, role)
+            if role == "assistant":
+                calls = msg.get("tool_calls") or ()
+                if calls:
+                    groups[i] = []
+                    part.group = i
+                    for c in calls:
+                        fn = c.get("function") or {}
+                        call_owner[str(c.get("id"))] = (i, str(fn.get("name", "")))
+                turn += 1
+            elif role == "tool":
+                owner = call_owner.get(str(msg.get("tool_call_id")))
+                if owner is not None:
+                    part.group, part.tool_name = owner
+                    groups[owner[0]].append(i)
+            parts.append(part)
+        conv = Conversation(parts, turn, groups)
+        superseded = _superseded(messages, conv)
+        _references(conv)
+        self._classify(conv, superseded)
+        return conv
+
+    def _classify(self, conv: Conversation, superseded: set[int]) -> None:
+        parts = conv.parts
+        first_user = next((i for i, p in enumerate(parts) if p.role == "user"), None)
+        last_user = next((i for i in range(len(parts) - 1, -1, -1) if parts[i].role == "user"), None)
+        for i, p in enumerate(parts):
+            c = p.chunk
+            if p.role in ("system", "developer") or i == first_user:
+                c.klass = P
+            elif p.role == "user":
+                c.klass = S
+            elif p.role == "assistant":
+                results = conv.groups.get(i)
+                if results and all(parts[j].info.is_error for j in results):
+                    c.klass = E  # a failed branch: every call it made errored
+                else:
+                    c.klass = T if results is not None or not p.info.text else S
+            elif p.info.is_error or i in superseded:
+                c.klass = E
+            elif p.info.log_like and c.tokens >= self.settings.bulky_tokens:
+                c.klass = E
+            else:
+                c.klass = S if c.refs else T
+            self._apply_rules(p, i, first_user, last_user, len(parts))
+        for i in _tail(conv, last_user):
+            parts[i].chunk.klass = P
+
+    def _apply_rules(self, p: Part, i: int, first: int | None, last: int | None, n: int) -> None:
+        for rule, rx in self._rules:
+            if rule.role is not None and rule.role != p.role:
+                continue
+            if rule.tool is not None and rule.tool != p.tool_name:
+                continue
+            if rule.position == "first" and i not in (first, 0):
+                continue
+            if rule.position == "last" and i not in (last, n - 1):
+                continue
+            if rx is not None and not rx.search(p.info.text):
+                continue
+            klass = rule.klass
+            if klass is P and p.role in ("tool", "function"):
+                klass = S  # text inside a tool result never promotes itself to PERMANENT
+            p.chunk.klass = klass
+            return
+
+
+def _origin(role: str) -> str:
+    return "system" if role == "developer" else ("tool" if role == "function" else role)
+
+
+def _tail(conv: Conversation, last_user: int | None) -> list[int]:
+    """What the model must answer now: the latest user message, the final message, and
+    when the list ends in tool results, the last tool group whole."""
+    n = len(conv.parts)
+    tail = [n - 1] if n else []
+    if last_user is not None:
+        tail.append(last_user)
+    last = conv.parts[-1] if n else None
+    if last is not None and last.group is not None:
+        tail.append(last.group)
+        tail.extend(conv.groups.get(last.group, ()))
+    return tail
+
+
+def _superseded(messages: Sequence[dict[str, Any]], conv: Conversation) -> set[int]:
+    """Tool results of a call repeated later with the same name and arguments."""
+    last_seen: dict[str, int] = {}
+    out: set[int] = set()
+    for head, results in conv.groups.items():
+        calls = {str(c.get("id")): c for c in messages[head].get("tool_calls") or ()}
+        for j in results:
+            call = calls.get(str(messages[j].get("tool_call_id")))
+            if call is None:
+                continue
+            fn = call.get("function") or {}
+            sig = f"{fn.get('name')}\0{fn.get('arguments')}"
+            prev = last_seen.get(sig)
+            if prev is not None:
+                out.add(prev)
+            last_seen[sig] = j
+    return out
+
+
+def _references(conv: Conversation) -> None:
+    """A later assistant message reusing a chunk's rare tokens references that chunk."""
+    index: dict[str, list[int]] = defaultdict(list)
+    for i, p in enumerate(conv.parts):
+        if p.role == "assistant":
+            hit: set[int] = set()
+            for tok in p.info.rare:
+                src = index.get(tok)
+                if src and len(src) <= MAX_REF_SOURCES:
+                    hit.update(src)
+            for j in hit:
+                conv.parts[j].chunk.refs.append(p.chunk.turn)
+        for tok in p.info.rare:
+            index[tok].append(i)

@@ -1,0 +1,162 @@
+"""Fit a conversation to its budget: sticky decisions first, then the policy's ranking.
+
+Token accounting is exact for what will be sent:
+- a tool result that is evicted becomes a stub (its pairing with the call survives);
+- an assistant `tool_calls` message is dropped only with all its results (the group goes);
+- any other evicted message is dropped.
+Eviction starts only when the request is over budget and then frees down to the low
+watermark, so the next turns append without evicting and the prompt prefix stays put.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.base import ChunkClass, Policy, PolicyContext, Ranked
+from proxy.chunking import Conversation, Part
+from proxy.tokens import REPLY_PRIMING, TokenCounter
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    part: Part
+    score: float
+    reason: str
+
+
+@dataclass(slots=True)
+class Fit:
+    evicted: set[str]  # every chunk out of context in this request (sticky + new)
+    new: list[Decision] = field(default_factory=list)
+    tokens: int = 0  # what the fitted messages cost
+    permanent_tokens: int = 0
+
+
+def stub_text(part: Part) -> str:
+    what = f"{part.tool_name} output" if part.tool_name else "tool output"
+    return (f"[ctxwarden: {part.chunk.tokens} tokens of {what} offloaded as chunk "
+            f"{part.chunk.id}; relevant passages are recalled automatically]")
+
+
+class Fitter:
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+        self._stub_cost: dict[str, int] = {}
+
+    def stub_cost(self, part: Part) -> int:
+        cid = part.chunk.id
+        cost = self._stub_cost.get(cid)
+        if cost is None:
+            cost = 4 + self.counter.text(stub_text(part))
+            if len(self._stub_cost) > 100_000:
+                self._stub_cost.clear()
+            self._stub_cost[cid] = cost
+        return cost
+
+    def fit(
+        self,
+        conv: Conversation,
+        sticky: set[str],
+        budget: int,
+        target: int,
+        policy: Policy,
+        ctx: PolicyContext,
+    ) -> Fit:
+        parts = conv.parts
+        evicted = {p.chunk.id for p in parts
+                   if p.chunk.id in sticky and p.chunk.klass is not ChunkClass.PERMANENT}
+        fit = Fit(evicted=evicted)
+        fit.permanent_tokens = REPLY_PRIMING + sum(
+            p.chunk.tokens for p in parts if p.chunk.klass is ChunkClass.PERMANENT)
+        total = self.cost(conv, evicted)
+        if total > budget:
+            by_id = {p.chunk.id: p for p in parts}
+            candidates = [p.chunk for p in parts if p.chunk.id not in evicted]
+            ranking = policy.rank(candidates, ctx)
+            deferred: list[Ranked] = []
+            for r in ranking:
+                if total <= target:
+                    break
+                part = by_id[r.chunk.id]
+                if part.role == "assistant" and part.group is not None:
+                    if not self._group_evictable(conv, part, evicted, whole=False):
+                        deferred.append(r)
+                        continue
+                elif part.group is not None and part.chunk.tokens <= self.stub_cost(part):
+                    continue  # a stub would cost as much as the result
+                total = self._evict(conv, part, r, policy, fit, total)
+            for r in deferred:  # still over: drop whole groups, in ranking order
+                if total <= target:
+                    break
+                head = by_id[r.chunk.id]
+                if self._group_evictable(conv, head, fit.evicted, whole=True):
+                    for j in conv.groups[head.chunk.index]:
+                        if parts[j].chunk.id not in fit.evicted:
+                            total = self._evict(conv, parts[j], r, policy, fit, total)
+                    total = self._evict(conv, head, r, policy, fit, total)
+        fit.tokens = total
+        return fit
+
+    def _evict(self, conv: Conversation, part: Part, r: Ranked, policy: Policy, fit: Fit,
+               total: int) -> int:
+        affected = self._affected(conv, part)
+        before = sum(self.part_cost(conv, p, fit.evicted) for p in affected)
+        fit.evicted.add(part.chunk.id)
+        fit.new.append(Decision(part, r.score, policy.reason))
+        return total - before + sum(self.part_cost(conv, p, fit.evicted) for p in affected)
+
+    @staticmethod
+    def _affected(conv: Conversation, part: Part) -> list[Part]:
+        if part.group is None:
+            return [part]
+        head = conv.parts[part.group]
+        return [head, *(conv.parts[j] for j in conv.groups.get(part.group, ()))]
+
+    def _group_evictable(self, conv: Conversation, head: Part, evicted: set[str],
+                         whole: bool) -> bool:
+        for j in conv.groups.get(head.chunk.index, ()):
+            c = conv.parts[j].chunk
+            if c.klass is ChunkClass.PERMANENT:
+                return False
+            if not whole and c.id not in evicted:
+                return False
+        return True
+
+    def cost(self, conv: Conversation, evicted: set[str]) -> int:
+        total = REPLY_PRIMING
+        for p in conv.parts:
+            total += self.part_cost(conv, p, evicted)
+        return total
+
+    def part_cost(self, conv: Conversation, p: Part, evicted: set[str]) -> int:
+        if p.chunk.id not in evicted:
+            if p.role == "tool" and p.group is not None:
+                head = conv.parts[p.group].chunk.id
+                if head in evicted and self._dropped(conv, p.group, evicted):
+                    return 0
+            return p.chunk.tokens
+        if p.group is None:
+            return 0
+        if p.role == "assistant":
+            return 0 if self._dropped(conv, p.group, evicted) else p.chunk.tokens
+        return 0 if self._dropped(conv, p.group, evicted) else self.stub_cost(p)
+
+    def _dropped(self, conv: Conversation, head: int, evicted: set[str]) -> bool:
+        """A group is dropped when its head and every result are evicted."""
+        if conv.parts[head].chunk.id not in evicted:
+            return False
+        return all(conv.parts[j].chunk.id in evicted for j in conv.groups.get(head, ()))
+
+    def assemble(self, conv: Conversation, messages: list[dict[str, Any]],
+                 evicted: set[str]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for p, msg in zip(conv.parts, messages, strict=True):
+            cost = self.part_cost(conv, p, evicted)
+            if cost == 0:
+                continue
+            if p.chunk.id in evicted and p.role == "tool":
+                out.append({**msg, "content": stub_text(p)})
+            else:
+                out.append(msg)
+        return out

@@ -1,0 +1,121 @@
+"""HTTP handlers: `/v1/chat/completions`, `/v1/models`, `/healthz`."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+
+from proxy.auth import tenant_of
+from proxy.errors import InvalidRequest, PayloadTooLarge, RouteNotFound
+from proxy.keys import PIPELINE, SETTINGS, STORE, UPSTREAM
+from proxy.pipeline import Prepared
+from proxy.session import session_id
+from proxy.validate import validate_body
+
+log = structlog.get_logger("ctxwarden")
+
+_BAD_JSON = ("We could not parse the JSON body of your request. (HINT: This likely means you "
+             "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, "
+             "but what was sent was not valid JSON.)")
+
+
+async def read_body(request: web.Request) -> dict[str, Any]:
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[SETTINGS].server.max_body_mb
+        raise PayloadTooLarge(f"Request body is larger than the configured limit of {limit:g} MB "
+                              "(server.max_body_mb).") from None
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise InvalidRequest(_BAD_JSON, code="invalid_json") from None
+    validate_body(body)
+    return body  # type: ignore[no-any-return]
+
+
+def _headers(p: Prepared) -> dict[str, str]:
+    return {
+        "X-Ctxwarden-Session": p.session,
+        "X-Ctxwarden-Tokens-In": str(p.tokens_in),
+        "X-Ctxwarden-Tokens-Out": str(p.tokens_out),
+        "X-Ctxwarden-Evicted": str(p.evicted),
+        "X-Ctxwarden-Recalled": str(p.recalled),
+    }
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    started = time.perf_counter()
+    body = await read_body(request)
+    settings = request.app[SETTINGS]
+    route = settings.route_for(body["model"])
+    if route is None:
+        names = ", ".join(r.model for r in settings.routes) or "none configured"
+        raise RouteNotFound(f"The model '{body['model']}' does not exist or no route matches it "
+                            f"(routes: {names}).", param="model")
+    tenant = tenant_of(request)
+    session = session_id(request.headers.get("X-Session-ID"), tenant, body["messages"])
+    structlog.contextvars.bind_contextvars(session=session, route=route.name)
+    prepared = await request.app[PIPELINE].prepare(body, route, tenant, session)
+    upstream = request.app[UPSTREAM]
+    fields: dict[str, Any] = {
+        "tenant": tenant, "turn": prepared.turn, "tokens_in": prepared.tokens_in,
+        "tokens_out": prepared.tokens_out, "budget": prepared.budget,
+        "evicted": prepared.evicted, "new_evictions": prepared.new_evictions,
+        "recalled": prepared.recalled, "policy": route.policy,
+        "prefix_ratio": round(prepared.prefix_ratio, 3), "stream": bool(body.get("stream")),
+        "overhead_ms": round((time.perf_counter() - started) * 1000, 2),
+    }
+    if not body.get("stream"):
+        reply = await upstream.complete(route, prepared.body)
+        if reply.usage:
+            fields["usage_prompt"] = reply.usage.get("prompt_tokens")
+            fields["usage_completion"] = reply.usage.get("completion_tokens")
+        log.info("request", status=reply.status, latency_ms=_ms(started), **fields)
+        return web.Response(body=reply.body, status=reply.status, headers=_headers(prepared),
+                            content_type="application/json")
+    stream = await upstream.open_stream(route, prepared.body)
+    resp = web.StreamResponse(headers={**_headers(prepared), "Cache-Control": "no-cache",
+                                       "Content-Type": "text/event-stream"})
+    outcome = "complete"
+    try:
+        await resp.prepare(request)
+        async for frame in stream:
+            await resp.write(frame)
+        await resp.write_eof()
+    except ConnectionResetError:  # the client left: closing the stream cancels upstream
+        outcome = "client_disconnected"
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]
+        log.info("request", status=200, outcome=outcome, latency_ms=_ms(started), **fields)
+    return resp
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 2)
+
+
+async def models(request: web.Request) -> web.Response:
+    data = [{"id": r.name if any(ch in r.model for ch in "*?[") else r.model,
+             "object": "model", "created": 0, "owned_by": "ctxwarden", "route": r.name}
+            for r in request.app[SETTINGS].routes]
+    return web.json_response({"object": "list", "data": data}, dumps=_dumps)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    store = type(request.app[STORE]).__name__
+    return web.json_response({"status": "ok", "routes": len(request.app[SETTINGS].routes),
+                              "store": store}, dumps=_dumps)
+
+
+def _dumps(obj: Any) -> str:
+    return orjson.dumps(obj).decode()
+
+
+def new_request_id() -> str:
+    return "req_" + uuid.uuid4().hex[:16]

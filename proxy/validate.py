@@ -1,0 +1,111 @@
+"""Reject what a provider would reject, before any work, with OpenAI's error wording.
+
+Every request we forward must be valid: the `tool` messages answering an assistant's
+`tool_calls` follow it immediately, nothing in between, each call answered exactly once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.errors import InvalidRequest
+
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+_ROLE_LIST = "'system', 'assistant', 'user', 'function', 'tool', and 'developer'"
+
+
+def _bad(message: str, param: str, code: str = "invalid_value") -> InvalidRequest:
+    return InvalidRequest(message, code=code, param=param)
+
+
+def _type(value: Any, kind: type, param: str, expected: str) -> None:
+    # bool is an int in Python, not in JSON Schema
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise _bad(f"Invalid type for '{param}': expected {expected}.", param, "invalid_type")
+
+
+def validate_body(body: Any) -> None:
+    if not isinstance(body, dict):
+        raise _bad("The request body must be a JSON object.", "body", "invalid_type")
+    if "model" not in body:
+        raise _bad("Missing required parameter: 'model'.", "model", "missing_required_parameter")
+    _type(body["model"], str, "model", "a string")
+    if not body["model"]:
+        raise _bad("Invalid value for 'model': empty string.", "model")
+    if "messages" not in body:
+        raise _bad("Missing required parameter: 'messages'.", "messages",
+                   "missing_required_parameter")
+    _type(body["messages"], list, "messages", "an array")
+    if not body["messages"]:
+        raise _bad("Invalid 'messages': empty array. Expected an array with minimum length 1, "
+                   "but got an empty array instead.", "messages", "empty_array")
+    for key in ("stream",):
+        if key in body and body[key] is not None:
+            _type(body[key], bool, key, "a boolean")
+    for key in ("max_tokens", "max_completion_tokens", "n"):
+        if key in body and body[key] is not None:
+            _type(body[key], int, key, "an integer")
+            if body[key] < 1:
+                raise _bad(f"Invalid '{key}': integer below minimum value. Expected a value >= 1, "
+                           f"but got {body[key]} instead.", key, "integer_below_min_value")
+    if "tools" in body and body["tools"] is not None:
+        _type(body["tools"], list, "tools", "an array")
+    validate_messages(body["messages"])
+
+
+def validate_messages(messages: list[Any]) -> None:
+    pending: dict[str, int] = {}  # tool_call_id -> index of the assistant that made it
+    pending_at = -1
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        _type(m, dict, where, "an object")
+        role = m.get("role")
+        if role not in ROLES:
+            raise _bad(f"Invalid value for '{where}.role': {role!r}. Supported values are: "
+                       f"{_ROLE_LIST}.", f"{where}.role")
+        content = m.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise _bad(f"Invalid type for '{where}.content': expected one of a string or array "
+                       "of objects.", f"{where}.content", "invalid_type")
+        if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
+            raise _bad(f"Invalid type for '{where}.content': array items must be objects.",
+                       f"{where}.content", "invalid_type")
+        if role == "tool":
+            tcid = m.get("tool_call_id")
+            if not isinstance(tcid, str) or tcid not in pending:
+                raise _bad("Invalid parameter: messages with role 'tool' must be a response to a "
+                           "preceeding message with 'tool_calls'.", f"{where}.role")
+            del pending[tcid]
+            continue
+        if pending:
+            raise _unanswered(pending, pending_at)
+        if role == "assistant" and m.get("tool_calls"):
+            calls = m["tool_calls"]
+            _type(calls, list, f"{where}.tool_calls", "an array")
+            seen_ids: set[str] = set()  # ids may recur across turns, never within one message
+            for k, call in enumerate(calls):
+                cw = f"{where}.tool_calls[{k}]"
+                _type(call, dict, cw, "an object")
+                cid = call.get("id")
+                fn = call.get("function")
+                if not isinstance(cid, str) or not cid:
+                    raise _bad(f"Missing required parameter: '{cw}.id'.", f"{cw}.id",
+                               "missing_required_parameter")
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                    raise _bad(f"Missing required parameter: '{cw}.function.name'.",
+                               f"{cw}.function", "missing_required_parameter")
+                if cid in seen_ids:
+                    raise _bad(f"Duplicate tool call id {cid!r} in '{cw}.id'.", f"{cw}.id",
+                               "duplicate_tool_call_id")
+                seen_ids.add(cid)
+                pending[cid] = i
+            pending_at = i
+    if pending:
+        raise _unanswered(pending, pending_at)
+
+
+def _unanswered(pending: dict[str, int], at: int) -> InvalidRequest:
+    ids = ", ".join(sorted(pending))
+    return _bad("An assistant message with 'tool_calls' must be followed by tool messages "
+                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                f"response messages: {ids}", f"messages.[{at}].role")

@@ -1,0 +1,36 @@
+"""Message builders shared by tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+TAU = Path(__file__).resolve().parents[2] / "shared" / "data" / "tau-bench-gpt-4o-airline.json"
+
+
+def call(cid: str, name: str = "lookup", args: str = "{}") -> dict[str, Any]:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str | None = None, *calls: dict[str, Any]) -> dict[str, Any]:
+    m: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        m["tool_calls"] = list(calls)
+    return m
+
+
+def tool(cid: str, text: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": cid, "content": text}
+
+
+def filler(n_words: int, seed: str = "x") -> str:
+    return " ".join(f"{seed}word{i % 50}" for i in range(n_words))
+
+
+def tau_trajectories() -> list[dict[str, Any]]:
+    return json.loads(TAU.read_text())  # type: ignore[no-any-return]
