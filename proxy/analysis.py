@@ -61,6 +61,7 @@ def text_of(msg: dict[str, Any]) -> str:
 class MsgInfo:
     fp: str  # content fingerprint: identical messages share it
     tokens: int
+    content_tokens: int  # the content alone (a stub replaces only this)
     text: str
     rare: frozenset[str]
     is_error: bool
@@ -86,6 +87,7 @@ class MessageAnalyzer:
         info = MsgInfo(
             fp=fp,
             tokens=self.counter.message(msg),
+            content_tokens=self.counter.content(msg.get("content")),
             text=text,
             rare=rare_tokens(text),
             is_error=is_tool and bool(_ERROR.search(text[:2000])),

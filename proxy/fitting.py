@@ -48,7 +48,8 @@ class Fitter:
         cid = part.chunk.id
         cost = self._stub_cost.get(cid)
         if cost is None:
-            cost = 4 + self.counter.text(stub_text(part))
+            framing = part.info.tokens - part.info.content_tokens
+            cost = framing + self.counter.text(stub_text(part))
             if len(self._stub_cost) > 100_000:
                 self._stub_cost.clear()
             self._stub_cost[cid] = cost

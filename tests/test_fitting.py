@@ -1,0 +1,116 @@
+"""Fitting: exact token accounting, valid tool pairs, sticky decisions, the watermark."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policies.base import Chunk, ChunkClass, Policy, PolicyContext
+from proxy.analysis import MessageAnalyzer
+from proxy.chunking import Chunker, Conversation
+from proxy.config import ClassificationSettings
+from proxy.fitting import Fit, Fitter
+from proxy.tokens import REPLY_PRIMING, TokenCounter, encoding_for
+from proxy.validate import validate_messages
+from tests.helpers import assistant, call, filler, tool, tau_trajectories, user
+
+COUNTER = TokenCounter(encoding_for("gpt-4o"))
+
+
+class Oldest(Policy):
+    """Hand-written policy for these tests: evict by insertion turn."""
+
+    name = "oldest-test"
+
+    def priority(self, chunk: Chunk, ctx: PolicyContext) -> float:
+        return float(chunk.turn)
+
+
+def run(messages: list[dict[str, Any]], budget: int, sticky: set[str] | None = None,
+        watermark: float = 0.85) -> tuple[Conversation, Fit, list[dict[str, Any]]]:
+    conv = Chunker(MessageAnalyzer(COUNTER), ClassificationSettings()).split(messages)
+    fitter = Fitter(COUNTER)
+    fit = fitter.fit(conv, sticky or set(), budget, int(budget * watermark), Oldest(),
+                     PolicyContext(turn=conv.turn))
+    out = fitter.assemble(conv, messages, fit.evicted)
+    return conv, fit, out
+
+
+def cost(messages: list[dict[str, Any]]) -> int:
+    return REPLY_PRIMING + sum(COUNTER.message(m) for m in messages)
+
+
+def session(n_rounds: int) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "sys"}, user("the goal")]
+    for i in range(n_rounds):
+        cid = f"c{i}"
+        msgs += [assistant(f"step {i}", call(cid, "read", f'{{"n": {i}}}')),
+                 tool(cid, filler(200, f"r{i}")), assistant(f"noted {i}"), user(f"go on {i}")]
+    return msgs
+
+
+def test_under_budget_forwards_messages_untouched() -> None:
+    msgs = session(2)
+    _, fit, out = run(msgs, budget=100_000)
+    assert fit.new == [] and out == msgs and all(a is b for a, b in zip(out, msgs, strict=True))
+
+
+def test_over_budget_fits_to_watermark_with_exact_accounting() -> None:
+    msgs = session(12)
+    budget = cost(msgs) // 3
+    _, fit, out = run(msgs, budget)
+    validate_messages(out)
+    assert fit.tokens == cost(out)  # what we counted is what we send
+    assert fit.tokens <= int(budget * 0.85)
+    assert out[0] == msgs[0] and out[1] == msgs[1] and out[-1] == msgs[-1]
+
+
+def test_stub_keeps_the_pair_and_names_the_chunk() -> None:
+    msgs = session(3)
+    conv, fit, out = run(msgs, budget=cost(msgs) - 150, watermark=1.0)
+    stubs = [m for m in out if m["role"] == "tool" and "ctxwarden" in m["content"]]
+    assert stubs, "the oldest tool result should have become a stub"
+    evicted_tool = next(p for p in conv.parts if p.role == "tool" and p.chunk.id in fit.evicted)
+    assert evicted_tool.chunk.id in stubs[0]["content"]
+    validate_messages(out)
+
+
+def test_decisions_are_sticky_and_the_prefix_stays_put() -> None:
+    msgs = session(10)
+    budget = cost(msgs) // 2
+    _, first, out1 = run(msgs, budget)
+    assert first.new
+    longer = msgs + [assistant("more"), user("and more")]
+    _, second, out2 = run(longer, budget, sticky=first.evicted)
+    assert second.new == []  # the watermark left room: nothing new evicted
+    assert first.evicted <= second.evicted
+    assert out2[: len(out1)] == out1  # same prefix, new messages appended
+
+
+def test_permanent_alone_over_budget_is_reported() -> None:
+    msgs = [{"role": "system", "content": filler(500)}, user("goal"), assistant("a"),
+            user(filler(300, "q"))]
+    _, fit, _ = run(msgs, budget=200)
+    assert fit.tokens > 200 and fit.permanent_tokens == fit.tokens
+
+
+def test_groups_drop_whole_when_stubs_are_not_enough() -> None:
+    msgs = session(30)
+    conv, fit, out = run(msgs, budget=400)
+    validate_messages(out)
+    dropped = [h for h in conv.groups if conv.parts[h].chunk.id in fit.evicted]
+    assert dropped and fit.tokens == cost(out)
+    assert all(p.chunk.klass is not ChunkClass.PERMANENT or p.chunk.id not in fit.evicted
+               for p in conv.parts)
+
+
+def test_every_tau_bench_prefix_fits_and_stays_valid() -> None:
+    for traj in tau_trajectories()[:40]:
+        msgs = traj["traj"]
+        for end in range(2, len(msgs) + 1):
+            prefix = msgs[:end]
+            if prefix[-1]["role"] == "assistant" and prefix[-1].get("tool_calls"):
+                continue  # not a request an agent would send
+            _, fit, out = run(prefix, budget=1_600)
+            validate_messages(out)
+            assert fit.tokens == cost(out)
+            assert fit.tokens <= 1_600 or fit.tokens == fit.permanent_tokens
