@@ -123,10 +123,9 @@ class Pipeline:
         if recall.events:
             await self.store.log(recall.events)
         events.extend(recall.events)
-        fingerprints = [p.chunk.id + ("/stub" if p.chunk.id in fit.evicted else "")
-                        for p in conv.parts if rt.fitter.part_cost(conv, p, fit.evicted)]
-        ratio = _prefix_ratio(state.last_prompt, fingerprints)
-        state.last_prompt = fingerprints
+        prompt = _fingerprints(rt, conv, fit, recall.tokens)
+        ratio = _prefix_ratio(state.last_prompt, prompt)
+        state.last_prompt = prompt
         forwarded = {**body, "messages": recall.messages}
         return Prepared(
             body=forwarded, route=rt.route, tenant=tenant, session=session, turn=conv.turn,
@@ -157,15 +156,32 @@ def _preview(text: str, width: int = 100) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def _prefix_ratio(prev: list[str], cur: list[str]) -> float:
-    if not prev or not cur:
+def _fingerprints(rt: RouteRuntime, conv: Conversation, fit: Fit,
+                  recall_tokens: int) -> list[tuple[str, int]]:
+    """(identity, tokens) of each forwarded message, to measure prompt-cache reuse."""
+    out = []
+    for p in conv.parts:
+        cost = rt.fitter.part_cost(conv, p, fit.evicted)
+        if cost:
+            out.append((p.chunk.id + ("/stub" if p.chunk.id in fit.evicted else ""), cost))
+    if recall_tokens and out:
+        fp, cost = out[-1]
+        out[-1] = (fp + "/recall", cost + recall_tokens)
+    return out
+
+
+def _prefix_ratio(prev: list[tuple[str, int]], cur: list[tuple[str, int]]) -> float:
+    """Share of this prompt's tokens that repeat the previous prompt message for message:
+    what a provider's prefix cache can serve."""
+    total = sum(c for _, c in cur)
+    if not prev or not total:
         return 0.0
-    n = 0
-    for a, b in zip(prev, cur, strict=False):
+    same = 0
+    for (a, _), (b, cost) in zip(prev, cur, strict=False):
         if a != b:
             break
-        n += 1
-    return n / len(cur)
+        same += cost
+    return same / total
 
 
 def _too_long(rt: RouteRuntime, conv: Conversation, fit: Fit, budget: int, reserved: int,

@@ -43,7 +43,7 @@ class SessionState:
     recall_refs: dict[str, list[int]] = field(default_factory=dict)
     loaded: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    last_prompt: list[str] = field(default_factory=list)  # fingerprints last forwarded
+    last_prompt: list[tuple[str, int]] = field(default_factory=list)  # last forwarded
 
 
 class Sessions:

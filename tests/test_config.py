@@ -1,0 +1,81 @@
+"""Config: YAML under CTXWARDEN_* env overrides; typos and bad values name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.config import ConfigError, load_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ISSUE_EXAMPLE = """
+store: {path: ./data/lancedb}
+routes:
+  - name: bench
+    model: "bench-*"
+    upstream: {model: openai/mock-1, api_base: "http://127.0.0.1:9100/v1", api_key: sk-test}
+    context_window: 8000
+    max_output_tokens: 512
+    policy: rwoe
+    recall: {enabled: true}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_issue_example_loads(tmp_path: Path) -> None:
+    s = load_settings(write(tmp_path, ISSUE_EXAMPLE))
+    r = s.routes[0]
+    assert (r.name, r.context_window, r.max_output_tokens, r.policy) == ("bench", 8000, 512, "rwoe")
+    assert s.route_for("bench-7") is r and s.route_for("bench") is r
+    assert s.route_for("gpt-4o") is None
+    assert (s.server.host, s.server.port) == ("127.0.0.1", 8787)
+
+
+def test_shipped_config_loads() -> None:
+    s = load_settings(ROOT / "config.yaml")
+    assert [r.name for r in s.routes] == ["demo"]
+    assert s.routes[0].upstream.mock_response
+
+
+def test_env_overrides_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CTXWARDEN_SERVER__PORT", "9999")
+    monkeypatch.setenv("CTXWARDEN_STORE__PATH", "/tmp/elsewhere")
+    s = load_settings(write(tmp_path, ISSUE_EXAMPLE))
+    assert s.server.port == 9999 and s.store.path == "/tmp/elsewhere"
+    assert s.routes[0].name == "bench"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("routes:\n  - name: a\n    upstream: {model: openai/x}\n    contxt_window: 5\n",
+         "routes[0].contxt_window: Extra inputs are not permitted"),
+        ("routes:\n  - name: a\n    upstream: {model: openai/x}\n    watermark: 2\n",
+         "routes[0].watermark: Input should be less than or equal to 1"),
+        ("routes:\n  - name: a\n", "routes[0].upstream: Field required"),
+        ("server: {port: http}\n", "server.port: Input should be a valid integer"),
+        ("routes:\n  - name: a\n    upstream: {model: openai/x}\n    policy: nope\n",
+         "routes[0].policy: Unknown policy: nope"),
+        ("routes:\n  - name: a\n    upstream: {model: openai/x}\n"
+         "    policy_params: {alpah: 0.3}\n", "routes[0].policy_params:"),
+        ("routes:\n  - {name: a, upstream: {model: openai/x}}\n"
+         "  - {name: a, upstream: {model: openai/y}}\n", "duplicate route name 'a'"),
+        ("routes: [\n", "cannot read config"),
+    ],
+)
+def test_bad_config_names_the_key(tmp_path: Path, text: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, text))
+    assert needle in str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_settings(tmp_path / "nope.yaml")
