@@ -1,0 +1,53 @@
+"""Eviction decision cost: chunking (warm caches) and fitting at 1,000 chunks."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+
+import proxy  # noqa: F401
+from bench.overhead import payload
+from policies import PolicyContext, available, get_policy
+from proxy.analysis import MessageAnalyzer
+from proxy.chunking import Chunker
+from proxy.config import ClassificationSettings
+from proxy.fitting import Fitter
+from proxy.tokens import TokenCounter, encoding_for
+
+
+def _median_ms(fn: object, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()  # type: ignore[operator]
+        times.append((time.perf_counter() - t) * 1000)
+    return statistics.median(times)
+
+
+def run(quick: bool = False) -> tuple[str, dict[str, float]]:
+    reps = 20 if quick else 100
+    msgs = payload(1000, 870)
+    counter = TokenCounter(encoding_for("gpt-4o"))
+    chunker = Chunker(MessageAnalyzer(counter), ClassificationSettings())
+    fitter = Fitter(counter)
+    conv = chunker.split(msgs)  # warms the per-message caches
+    total = fitter.cost(conv, set())
+    budget = total // 4
+    figures: dict[str, float] = {"chunk_warm_ms": _median_ms(lambda: chunker.split(msgs), reps)}
+    rows = [f"| chunk + classify 1,000 messages (warm caches) | {figures['chunk_warm_ms']:.2f} |"]
+    chunks = [p.chunk for p in conv.parts]
+    for name in available():
+        policy = get_policy(name)
+        ctx = PolicyContext(turn=conv.turn, rng=random.Random(1))
+        rank = _median_ms(lambda p=policy, c=ctx: p.rank(chunks, c), reps)  # type: ignore[misc]
+        fit = _median_ms(lambda p=policy, c=ctx: fitter.fit(  # type: ignore[misc]
+            conv, set(), budget, int(budget * 0.85), p, c), reps)
+        figures[f"rank_{name}_ms"], figures[f"fit_{name}_ms"] = rank, fit
+        rows.append(f"| `{name}`: rank 1,000 chunks / full fit to 25 % | {rank:.3f} / {fit:.2f} |")
+    table = "| step | median ms |\n|---|---|\n" + "\n".join(rows)
+    return table, figures
+
+
+if __name__ == "__main__":
+    print(run()[0])
