@@ -1,0 +1,79 @@
+"""Types shared by the two transports: the reply, the resolved route, the closing stream."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from proxy.errors import ProxyError
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamReply:
+    """A non-streamed answer: `body` is the chat.completion JSON, sent to the client as-is."""
+
+    status: int
+    body: bytes
+    usage: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A route resolved once: where and how to send. Secrets stay out of its repr."""
+
+    transport: Literal["direct", "litellm"]
+    provider: str | None
+    model: str  # direct: the provider's own model name; litellm: the LiteLLM model string
+    api_base: str | None
+    timeout: float
+    url: str = ""  # direct: the full chat/completions URL
+    api_key: str | None = field(default=None, repr=False)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # direct: incl. auth
+    extra_headers: dict[str, str] = field(default_factory=dict, repr=False)
+    mock_response: str | None = None
+    # direct: LiteLLM's mapping of the few fields this provider needs changed, if any
+    prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = field(default=None, repr=False)
+
+    @property
+    def secrets(self) -> tuple[str | None, ...]:
+        return (self.api_key,)
+
+
+def sse_error(err: ProxyError) -> bytes:
+    """The last event of a stream that broke after the status line was already sent."""
+    return b"data: " + orjson.dumps(err.body()) + b"\n\n"
+
+
+class ClosingStream:
+    """SSE bytes from a transport, plus what must be closed when the consumer stops early.
+
+    A plain async generator that was never started runs no `finally` on `aclose()`, so the
+    upstream response it holds would leak; this wrapper closes it in every case, and it
+    closes it at once, so the upstream sees the disconnect and stops generating.
+    """
+
+    __slots__ = ("_gen", "_close", "_closed")
+
+    def __init__(self, gen: AsyncGenerator[bytes, None],
+                 close: Callable[[], Awaitable[None]]) -> None:
+        self._gen = gen
+        self._close = close
+        self._closed = False
+
+    def __aiter__(self) -> ClosingStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        return await self._gen.__anext__()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._gen.aclose()
+        finally:
+            await self._close()

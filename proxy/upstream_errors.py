@@ -1,0 +1,208 @@
+"""`map_upstream_error`: the one place a foreign failure becomes a `proxy.errors` type.
+
+Both transports end here, so a 429 answered by OpenAI over aiohttp and a 429 raised by
+LiteLLM for Anthropic reach the client the same way (status, OpenAI's error shape,
+`Retry-After`). Messages keep the provider's words but never carry an API key: a route's
+key is scrubbed out, and so is anything shaped like one (providers echo masked keys).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from proxy.errors import (
+    AuthenticationFailed,
+    ContextLengthExceeded,
+    InvalidRequest,
+    PayloadTooLarge,
+    PermissionDenied,
+    ProxyError,
+    RateLimited,
+    RouteNotFound,
+    UpstreamError,
+    UpstreamTimeout,
+)
+
+# Providers word it differently; LiteLLM's own detection looks for much the same phrases.
+_CONTEXT = re.compile(r"context.length|context.window|maximum context|too many tokens|"
+                      r"prompt is too long|input is too long|reduce the length", re.I)
+# "litellm.RateLimitError: RateLimitError: OpenAIException - <provider message>"
+_LITELLM_PREFIX = re.compile(r"^(?:litellm\.\w+:\s*)*(?:\w+Error:\s*)*(?:\w+Exception\s*-\s*)?")
+_KEYLIKE = re.compile(r"\b(?:sk|pk|rk|xai|gsk|csk)[-_][A-Za-z0-9_\-*]{3,}")
+_CONNECT = ("Connection error", "Cannot connect", "Connection refused", "connect call failed")
+
+
+def map_upstream_error(
+    exc: BaseException | None = None,
+    *,
+    status: int | None = None,
+    body: bytes | str | None = None,
+    headers: Mapping[str, str] | None = None,
+    api_base: str | None = None,
+    timeout: float | None = None,
+    secrets: Iterable[str | None] = (),
+    midstream: bool = False,
+) -> ProxyError:
+    """Turn an exception, or an upstream HTTP error (status, body, headers), into a ProxyError.
+
+    `midstream`: the failure came after the stream started (the status line is gone), so
+    what the client gets is the last SSE event, and it should say the stream was cut.
+    """
+    where = _where(api_base)
+    if isinstance(exc, ProxyError):
+        return exc
+    if exc is not None and _is_timeout(exc):
+        limit = f" within {timeout:g}s" if timeout else ""
+        return UpstreamTimeout(f"The upstream{where} did not answer{limit}.")
+    if exc is not None and midstream:
+        reason = _LITELLM_PREFIX.sub("", _first_line(exc))
+        return UpstreamError(f"The upstream{where} broke off the stream: "
+                             f"{_scrub(reason, secrets)}", code="upstream_stream_broken")
+    if exc is not None and _is_connect(exc):
+        return UpstreamError(f"Could not connect to the upstream{where}: "
+                             f"{_scrub(_first_line(exc), secrets)}", code="upstream_unreachable")
+    message: str | None = None
+    code = param = None
+    if exc is not None:
+        status = status or _int(getattr(exc, "status_code", None))
+        resp = getattr(exc, "response", None)
+        headers = headers or getattr(exc, "litellm_response_headers", None) or getattr(
+            resp, "headers", None)
+        message = _LITELLM_PREFIX.sub("", str(getattr(exc, "message", None) or exc)).strip()
+        sdk_body = getattr(exc, "body", None)  # the openai SDK's parsed error, LiteLLM keeps it
+        if isinstance(sdk_body, (dict, str)) and sdk_body:
+            body = body or (orjson.dumps(sdk_body) if isinstance(sdk_body, dict) else sdk_body)
+        body = body or _response_text(resp) or (message if message.startswith("{") else None)
+    parsed = _parse_error_body(body)
+    if parsed is not None:
+        message, code, param = parsed
+    if status is None:  # not an HTTP answer at all: a broken connection, a bug in a transport
+        reason = _scrub(message or _first_line(exc) or "unknown error", secrets)
+        return UpstreamError(f"The upstream{where} failed: {reason}")
+    message = _scrub(message or f"The upstream answered HTTP {status}.", secrets)
+    context = type(exc).__name__ == "ContextWindowExceededError" if exc is not None else False
+    return _by_status(status, message, code, param, headers or {}, context)
+
+
+def _by_status(status: int, message: str, code: str | None, param: str | None,
+               headers: Mapping[str, str], context: bool) -> ProxyError:
+    if status in (400, 422):
+        if context or code == "context_length_exceeded" or _CONTEXT.search(message):
+            return ContextLengthExceeded(message, param=param)
+        return InvalidRequest(message, code=code, param=param)
+    if status == 401:
+        return AuthenticationFailed(message, code=code)
+    if status == 403:
+        return PermissionDenied(message, code=code)
+    if status == 404:
+        return RouteNotFound(message, code="model_not_found", param=param)
+    if status == 408:
+        return UpstreamTimeout(message)
+    if status == 413:
+        return PayloadTooLarge(message)
+    if status == 429:
+        retry = _header(headers, "Retry-After")
+        return RateLimited(message, code=code, headers={"Retry-After": retry} if retry else None)
+    if 400 <= status < 500:
+        return InvalidRequest(message, code=code, param=param)
+    return UpstreamError(f"The upstream answered HTTP {status}: {message}")
+
+
+def _parse_error_body(body: bytes | str | None) -> tuple[str, str | None, str | None] | None:
+    """OpenAI's `{"error": {...}}`, and the shapes other servers use (vLLM, FastAPI, plain)."""
+    if not body:
+        return None
+    try:
+        data: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        text = body.decode(errors="replace") if isinstance(body, bytes) else body
+        return (text.strip()[:1000], None, None) if text.strip() else None
+    err = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(err, str):
+        return err, None, None
+    if not isinstance(err, dict):
+        return None
+    message = err.get("message") or err.get("detail") or err.get("msg")
+    if not isinstance(message, str):
+        message = orjson.dumps(message).decode() if message is not None else None
+    if message is None:
+        return None
+    code = err.get("code")
+    param = err.get("param")
+    return (message, str(code) if code is not None else None,
+            param if isinstance(param, str) else None)
+
+
+def _response_text(resp: Any) -> str | None:
+    try:
+        text = resp.text if resp is not None else None
+    except Exception:  # an httpx response whose body was streamed and not read
+        return None
+    return text if isinstance(text, str) and text else None
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    for e in _chain(exc):
+        if isinstance(e, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)):
+            return True
+        if type(e).__name__ in ("Timeout", "APITimeoutError", "TimeoutException", "ReadTimeout"):
+            return True
+    return False
+
+
+def _is_connect(exc: BaseException) -> bool:
+    for e in _chain(exc):
+        if isinstance(e, (aiohttp.ClientConnectorError, ConnectionRefusedError)):
+            return True
+        if type(e).__name__ in ("APIConnectionError", "ConnectError"):
+            return any(s in str(e) for s in _CONNECT)
+    text = str(exc)
+    return "InternalServerError" in type(exc).__name__ and any(s in text for s in _CONNECT)
+
+
+def _chain(exc: BaseException) -> Iterable[BaseException]:
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+def _scrub(text: str, secrets: Iterable[str | None]) -> str:
+    for s in secrets:
+        if s and len(s) >= 4:
+            text = text.replace(s, "***")
+    return _KEYLIKE.sub("***", text)
+
+
+def _where(api_base: str | None) -> str:
+    if not api_base:
+        return ""
+    url = re.sub(r"//[^/@]*@", "//", api_base)  # never show user:password@
+    return " at " + url.split("?", 1)[0]
+
+
+def _first_line(exc: BaseException | None) -> str:
+    if exc is None:
+        return ""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name) or headers.get(name.lower())
+    return str(value) if value is not None else None
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None

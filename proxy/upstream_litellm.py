@@ -1,0 +1,124 @@
+"""The LiteLLM transport: every provider that does not speak OpenAI's wire format, and the mock.
+
+`litellm.acompletion` translates the OpenAI request for Anthropic, Bedrock, Gemini, Ollama
+and the rest, and translates their answers back; here those answers become the same
+OpenAI JSON / SSE bytes the direct transport relays, so the edge cannot tell the two apart.
+A route's `mock_response` also comes this way: LiteLLM answers it with no network.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import litellm
+import orjson
+from litellm.types.utils import all_litellm_params
+
+from proxy.errors import ProxyError
+from proxy.upstream_base import ClosingStream, Target, UpstreamReply, sse_error
+from proxy.upstream_errors import map_upstream_error
+
+litellm.suppress_debug_info = True  # no "Provider List: …" banners on stdout per error
+# Pydantic builds LiteLLM's response schemas on first use and warns there about a ReadOnly
+# TypedDict inside LiteLLM; build them now, once, so a request never trips over the warning.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    litellm.ModelResponse()
+    litellm.ModelResponseStream()
+
+# Keys LiteLLM reads as its own controls (api_base, mock_response, fallbacks, callbacks…).
+# A client must not be able to steer the proxy with them, so they never leave the body.
+_CONTROL = (frozenset(all_litellm_params) | {
+    "api_base", "base_url", "api_key", "api_version", "organization", "deployment_id",
+    "default_headers", "extra_headers", "timeout", "request_timeout", "max_retries",
+    "custom_llm_provider", "headers", "client", "model", "messages", "stream",
+}) - {"metadata"}
+_DONE = b"data: [DONE]\n\n"
+
+
+def _kwargs(target: Target, body: dict[str, Any], stream: bool) -> dict[str, Any]:
+    fields = {k: v for k, v in body.items() if k not in _CONTROL}
+    if not stream:
+        fields.pop("stream_options", None)
+    # LiteLLM's provider transforms edit messages and tools in place; the pipeline's dicts
+    # must come back untouched, so LiteLLM gets its own copy (one orjson round trip).
+    kw: dict[str, Any] = orjson.loads(orjson.dumps({"messages": body.get("messages"), **fields}))
+    kw.update(model=target.model, stream=stream, timeout=target.timeout, max_retries=0,
+              num_retries=0)  # the client decides about retries; Retry-After reaches it
+    if target.api_base:
+        kw["api_base"] = target.api_base
+    if target.api_key:
+        kw["api_key"] = target.api_key
+    if target.extra_headers:
+        kw["extra_headers"] = dict(target.extra_headers)
+    if target.mock_response is not None:
+        kw["mock_response"] = target.mock_response
+    return kw
+
+
+def _fail(target: Target, exc: BaseException, midstream: bool = False) -> ProxyError:
+    return map_upstream_error(exc, api_base=target.api_base, timeout=target.timeout,
+                              secrets=target.secrets, midstream=midstream)
+
+
+def completion_json(resp: Any) -> dict[str, Any]:
+    """A LiteLLM ModelResponse as OpenAI's chat.completion object."""
+    data: dict[str, Any] = resp.model_dump(exclude_none=True)
+    for choice in data.get("choices", ()):
+        choice.pop("provider_specific_fields", None)
+        message = choice.get("message")
+        if isinstance(message, dict):
+            message.pop("provider_specific_fields", None)
+            message.setdefault("content", None)  # OpenAI sends null beside tool_calls
+    return data
+
+
+def chunk_event(chunk: Any) -> bytes:
+    """One LiteLLM stream chunk as one SSE event (`data: {json}\\n\\n`)."""
+    text: str = chunk.model_dump_json(exclude_none=True)
+    return b"data: " + text.encode() + b"\n\n"
+
+
+async def complete(target: Target, body: dict[str, Any]) -> UpstreamReply:
+    try:
+        resp = await litellm.acompletion(**_kwargs(target, body, stream=False))
+    except Exception as exc:
+        raise _fail(target, exc) from None
+    data = completion_json(resp)
+    usage = data.get("usage")
+    return UpstreamReply(status=200, body=orjson.dumps(data),
+                         usage=usage if isinstance(usage, dict) else None)
+
+
+async def open_stream(target: Target, body: dict[str, Any]) -> ClosingStream:
+    try:
+        stream = await litellm.acompletion(**_kwargs(target, body, stream=True))
+    except Exception as exc:
+        raise _fail(target, exc) from None
+    # Some providers only fail on the first read; take it now so an error still gets a status.
+    try:
+        first: Any = await stream.__anext__()
+    except StopAsyncIteration:
+        first = None
+    except Exception as exc:
+        await stream.aclose()
+        raise _fail(target, exc) from None
+
+    async def close() -> None:
+        await stream.aclose()  # closes the provider's HTTP response
+
+    return ClosingStream(_frames(target, first, stream), close)
+
+
+async def _frames(target: Target, first: Any, stream: Any) -> AsyncGenerator[bytes, None]:
+    try:
+        if first is not None:
+            yield chunk_event(first)
+            async for chunk in stream:
+                yield chunk_event(chunk)
+    except Exception as exc:
+        yield sse_error(_fail(target, exc, midstream=True))
+        return
+    yield _DONE
