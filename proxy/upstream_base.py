@@ -30,6 +30,7 @@ class Target:
     api_base: str | None
     timeout: float
     url: str = ""  # direct: the full chat/completions URL
+    proxy: str | None = field(default=None, repr=False)  # direct: HTTP(S)_PROXY, if any
     api_key: str | None = field(default=None, repr=False)
     headers: dict[str, str] = field(default_factory=dict, repr=False)  # direct: incl. auth
     extra_headers: dict[str, str] = field(default_factory=dict, repr=False)

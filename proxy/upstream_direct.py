@@ -57,7 +57,7 @@ async def complete(session: aiohttp.ClientSession, target: Target,
     data = _payload(target, body, stream=False)
     try:
         async with session.post(target.url, data=data, headers=target.headers,
-                                timeout=_timeout(target)) as resp:
+                                proxy=target.proxy, timeout=_timeout(target)) as resp:
             if resp.status >= 400:
                 raise await _error_status(target, resp)
             raw = await resp.read()
@@ -84,7 +84,7 @@ async def open_stream(session: aiohttp.ClientSession, target: Target,
     data = _payload(target, body, stream=True)
     try:
         resp = await session.post(target.url, data=data, headers=target.headers,
-                                  timeout=_timeout(target))
+                                  proxy=target.proxy, timeout=_timeout(target))
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise _fail(target, exc) from None
     try:

@@ -241,6 +241,17 @@ def test_transport_choice_per_provider() -> None:
         resolve(route(base, api_key=None, api_key_env="NOT_SET_ANYWHERE"))
 
 
+def test_env_proxy_is_honoured_like_httpx(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy",
+                 "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert resolve(route("http://10.1.2.3:8000/v1")).proxy is None
+    monkeypatch.setenv("HTTP_PROXY", "http://corp-proxy:3128")
+    assert resolve(route("http://10.1.2.3:8000/v1")).proxy == "http://corp-proxy:3128"
+    monkeypatch.setenv("NO_PROXY", "10.1.2.3,localhost")
+    assert resolve(route("http://10.1.2.3:8000/v1")).proxy is None
+
+
 # --- errors ------------------------------------------------------------------------------
 ERROR_CASES: list[tuple[int, type[ProxyError], int, dict[str, Any]]] = [
     (401, AuthenticationFailed, 401, {"type": "authentication_error", "code": "invalid_api_key"}),
