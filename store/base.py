@@ -10,7 +10,7 @@ request that drops a chunk only after its `offload` succeeded.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -75,13 +75,61 @@ class RecallQuery:
 
 
 class Store(Protocol):
-    async def offload(self, chunks: Sequence[EvictedChunk]) -> None: ...
-    async def log(self, events: Sequence[Event]) -> None: ...
-    async def recall(self, query: RecallQuery) -> list[Passage]: ...
-    async def evicted_ids(self, tenant: str, session: str) -> set[str]: ...
-    async def events(self, tenant: str, session: str) -> list[Event]: ...
-    async def sessions(self, tenant: str | None = None) -> list[dict[str, Any]]: ...
+    async def offload(self, chunks: Sequence[EvictedChunk]) -> None:
+        """Durable when it returns; raises proxy.errors.StoreUnavailable when it cannot be."""
+
+    async def log(self, events: Sequence[Event]) -> None:
+        """Append decisions; idempotent per (session, turn, chunk, action)."""
+
+    async def recall(self, query: RecallQuery) -> list[Passage]:
+        """Best passages first, within `budget_tokens`; [] rather than an error."""
+
+    async def evicted_ids(self, tenant: str, session: str) -> set[str]:
+        """Chunks whose latest evict/restore event is an evict (sticky after a restart)."""
+
+    async def events(self, tenant: str, session: str) -> list[Event]:
+        """The session's decision log, by turn."""
+
+    async def sessions(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """`summarise`d sessions, most recent first."""
+
+    async def fetch(self, tenant: str, session: str,
+                    chunk_ids: Sequence[str]) -> list[EvictedChunk]:
+        """The exact offloaded chunks, in the order asked (unknown ids are skipped)."""
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until background work (embedding) is done; a no-op when there is none."""
+
     async def close(self) -> None: ...
+
+
+def latest_evicted(marks: Iterable[tuple[int, float, str, str]]) -> set[str]:
+    """Chunk ids whose latest (turn, time, chunk_id, action) evict/restore mark is an evict;
+    at a tie an evict wins (the conservative side: it is stored, never lost)."""
+    last: dict[str, str] = {}
+    for _turn, _time, cid, action in sorted(marks, key=lambda m: (m[0], m[1], m[3] == "evict")):
+        if action in ("evict", "restore"):
+            last[cid] = action
+    return {cid for cid, action in last.items() if action == "evict"}
+
+
+def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (tenant, session): events, evictions, recalls, evicted tokens, last turn/time;
+    most recent first. `rows` need tenant, session, turn, time, action, tokens."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rows:
+        s = out.setdefault((r["tenant"], r["session"]), {
+            "tenant": r["tenant"], "session": r["session"], "events": 0, "evicted": 0,
+            "recalled": 0, "evicted_tokens": 0, "last_turn": 0, "last_time": 0.0})
+        s["events"] += 1
+        s["last_turn"] = max(s["last_turn"], int(r["turn"]))
+        s["last_time"] = max(s["last_time"], float(r["time"]))
+        if r["action"] == "evict":
+            s["evicted"] += 1
+            s["evicted_tokens"] += int(r["tokens"])
+        elif r["action"] == "recall":
+            s["recalled"] += 1
+    return sorted(out.values(), key=lambda s: -s["last_time"])
 
 
 class MemoryStore:
@@ -90,39 +138,41 @@ class MemoryStore:
     def __init__(self) -> None:
         self.chunks: dict[tuple[str, str, str], EvictedChunk] = {}
         self._events: list[Event] = []
+        self._seen: set[tuple[str, str, int, str, str]] = set()
 
     async def offload(self, chunks: Sequence[EvictedChunk]) -> None:
         for c in chunks:
             self.chunks[(c.tenant, c.session, c.chunk_id)] = c
 
     async def log(self, events: Sequence[Event]) -> None:
-        self._events.extend(events)
+        for e in events:  # idempotent per (session, turn, chunk, action), like LanceStore
+            key = (e.tenant, e.session, e.turn, e.chunk_id, e.action)
+            if key not in self._seen:
+                self._seen.add(key)
+                self._events.append(e)
 
     async def recall(self, query: RecallQuery) -> list[Passage]:
         return []
 
     async def evicted_ids(self, tenant: str, session: str) -> set[str]:
-        return {cid for (t, s, cid) in self.chunks if t == tenant and s == session}
+        return latest_evicted((e.turn, e.time, e.chunk_id, e.action)
+                              for e in await self.events(tenant, session))
 
     async def events(self, tenant: str, session: str) -> list[Event]:
-        return [e for e in self._events if e.tenant == tenant and e.session == session]
+        mine = [e for e in self._events if e.tenant == tenant and e.session == session]
+        return sorted(mine, key=lambda e: (e.turn, e.time))
 
     async def sessions(self, tenant: str | None = None) -> list[dict[str, Any]]:
-        out: dict[tuple[str, str], dict[str, Any]] = {}
-        for e in self._events:
-            if tenant is not None and e.tenant != tenant:
-                continue
-            s = out.setdefault(
-                (e.tenant, e.session),
-                {"tenant": e.tenant, "session": e.session, "events": 0, "evicted_tokens": 0,
-                 "last_turn": 0, "last_time": 0.0},
-            )
-            s["events"] += 1
-            s["last_turn"] = max(s["last_turn"], e.turn)
-            s["last_time"] = max(s["last_time"], e.time)
-            if e.action == "evict":
-                s["evicted_tokens"] += e.tokens
-        return sorted(out.values(), key=lambda s: -s["last_time"])
+        return summarise([asdict(e) for e in self._events
+                          if tenant is None or e.tenant == tenant])
+
+    async def fetch(self, tenant: str, session: str,
+                    chunk_ids: Sequence[str]) -> list[EvictedChunk]:
+        found = (self.chunks.get((tenant, session, c)) for c in dict.fromkeys(chunk_ids))
+        return [c for c in found if c is not None]
+
+    async def flush(self, timeout: float | None = None) -> None:
+        return None
 
     async def close(self) -> None:
         return None

@@ -1,0 +1,145 @@
+"""LanceDB table layouts, row keys and filter strings for the store.
+
+Why hashed keys: tenant and session ids come from clients. Every filter the store sends
+to LanceDB compares a column against a hex digest it computed itself (`scope`,
+`tenant_key`), so no client text is ever spliced into a SQL predicate, and an equality on
+one short column is what LanceDB prefilters fastest. The raw ids are kept beside them
+for display. Row ids are content ids, so `merge_insert` makes every write idempotent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from store.base import Event, EvictedChunk
+from store.split import passage_id, split_text
+
+CHUNKS = "chunks"  # raw evicted chunks, durable before embedding (never deleted)
+PASSAGES = "passages"  # ≤256-token pieces with vectors (written by the background worker)
+EVENTS = "events"  # the decision log
+INDEXED = {CHUNKS: ("id",), PASSAGES: ("id", "scope"), EVENTS: ("id", "scope")}
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def hkey(*parts: str) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for p in parts:
+        h.update(p.encode("utf-8", "surrogatepass"))
+        h.update(b"\x1f")
+    return h.hexdigest()
+
+
+def scope_key(tenant: str, session: str) -> str:
+    return hkey("scope", tenant, session)
+
+
+def tenant_key(tenant: str) -> str:
+    return hkey("tenant", tenant)
+
+
+def chunk_key(tenant: str, session: str, chunk_id: str) -> str:
+    return hkey("chunk", tenant, session, chunk_id)
+
+
+def eq(column: str, digest: str) -> str:
+    """`column = '<digest>'`; refuses anything but a digest, so no caller text gets in."""
+    if not digest or not set(digest) <= _HEX:
+        raise ValueError("filters compare against hex digests only")
+    return f"{column} = '{digest}'"
+
+
+_OWNER = [
+    pa.field("scope", pa.string()), pa.field("tenant_key", pa.string()),
+    pa.field("tenant", pa.string()), pa.field("session", pa.string()),
+]
+
+CHUNK_SCHEMA = pa.schema([
+    pa.field("id", pa.string()), *_OWNER, pa.field("chunk_id", pa.string()),
+    pa.field("turn", pa.int64()), pa.field("role", pa.string()), pa.field("class", pa.string()),
+    pa.field("tokens", pa.int64()), pa.field("text", pa.string()), pa.field("time", pa.float64()),
+])
+
+EVENT_SCHEMA = pa.schema([
+    pa.field("id", pa.string()), *_OWNER, pa.field("turn", pa.int64()),
+    pa.field("chunk_id", pa.string()), pa.field("class", pa.string()),
+    pa.field("tokens", pa.int64()), pa.field("score", pa.float64()),
+    pa.field("action", pa.string()), pa.field("reason", pa.string()),
+    pa.field("policy", pa.string()), pa.field("preview", pa.string()),
+    pa.field("time", pa.float64()),
+])
+
+
+def passage_schema(dim: int) -> pa.Schema:
+    return pa.schema([
+        pa.field("id", pa.string()), pa.field("chunk_key", pa.string()), *_OWNER,
+        pa.field("chunk_id", pa.string()), pa.field("passage_id", pa.string()),
+        pa.field("ordinal", pa.int64()), pa.field("turn", pa.int64()),
+        pa.field("role", pa.string()), pa.field("class", pa.string()),
+        pa.field("text", pa.string()), pa.field("tokens", pa.int64()),
+        pa.field("vector", pa.list_(pa.float32(), dim)), pa.field("time", pa.float64()),
+    ])
+
+
+def _owner(tenant: str, session: str) -> dict[str, str]:
+    return {"scope": scope_key(tenant, session), "tenant_key": tenant_key(tenant),
+            "tenant": tenant, "session": session}
+
+
+def chunk_rows(chunks: Iterable[EvictedChunk]) -> list[dict[str, Any]]:
+    """One row per distinct chunk (a batch may repeat one: keep the first)."""
+    now = time.time()
+    rows: dict[str, dict[str, Any]] = {}
+    for c in chunks:
+        key = chunk_key(c.tenant, c.session, c.chunk_id)
+        rows.setdefault(key, {
+            "id": key, **_owner(c.tenant, c.session), "chunk_id": c.chunk_id, "turn": c.turn,
+            "role": c.role, "class": c.klass, "tokens": c.tokens, "text": c.text, "time": now,
+        })
+    return list(rows.values())
+
+
+def event_rows(events: Sequence[Event]) -> list[dict[str, Any]]:
+    """Event id = (scope, turn, chunk, action): a retried request logs nothing twice."""
+    rows: dict[str, dict[str, Any]] = {}
+    for e in events:
+        key = hkey("event", e.tenant, e.session, str(e.turn), e.chunk_id, e.action)
+        rows.setdefault(key, {
+            "id": key, **_owner(e.tenant, e.session), "turn": e.turn, "chunk_id": e.chunk_id,
+            "class": e.klass, "tokens": e.tokens, "score": float(e.score), "action": e.action,
+            "reason": e.reason, "policy": e.policy, "preview": e.preview, "time": e.time,
+        })
+    return list(rows.values())
+
+
+def passage_rows(chunks: Iterable[dict[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
+    """Passage rows (no vector yet) of chunk rows. Every chunk yields at least one (a blank
+    one for blank text), so "chunks without passages" is exactly "not embedded yet"."""
+    out: list[dict[str, Any]] = []
+    for c in chunks:
+        pieces = [(p.text, p.tokens) for p in split_text(c["text"], max_tokens)] or [("", 0)]
+        for i, (text, tokens) in enumerate(pieces):
+            out.append({
+                "id": hkey("passage", c["id"], str(i)), "chunk_key": c["id"],
+                **{k: c[k] for k in ("scope", "tenant_key", "tenant", "session", "chunk_id",
+                                     "turn", "role", "class", "time")},
+                "passage_id": passage_id(c["chunk_id"], i), "ordinal": i, "text": text,
+                "tokens": tokens,
+            })
+    return out
+
+
+def row_event(r: dict[str, Any]) -> Event:
+    return Event(r["tenant"], r["session"], int(r["turn"]), r["chunk_id"], r["class"],
+                 int(r["tokens"]), float(r["score"]), r["action"], r["reason"], r["policy"],
+                 preview=r["preview"], time=float(r["time"]))
+
+
+def row_chunk(r: dict[str, Any]) -> EvictedChunk:
+    return EvictedChunk(r["tenant"], r["session"], r["chunk_id"], int(r["turn"]), r["role"],
+                        r["class"], int(r["tokens"]), r["text"])
