@@ -1,0 +1,61 @@
+"""Inspection API: what the proxy evicted, recalled and restored, per session.
+
+    GET /admin/evictions?session=ID  → {"events": [{turn, chunk_id, class, tokens, score,
+                                                    action, reason, policy, time, preview}]}
+    GET /admin/sessions              → {"sessions": [{session, events, evicted, recalled,
+                                                      evicted_tokens, last_turn, last_time}]}
+
+Why a separate module: the admin surface gets its own key and tenant rules in a later
+issue; everything it needs to change is `tenant_of` below and the routes it registers.
+Responses never carry the tenant id of anyone but the caller, nor any key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from proxy import auth
+from proxy.errors import InvalidRequest
+from proxy.keys import STORE
+
+TENANT_HEADER = "X-Tenant-ID"
+
+
+def tenant_of(request: web.Request) -> str:
+    """The tenant whose data an admin call reads: the `X-Tenant-ID` header, else the
+    caller's tenant as the edge sees it ("default" until proxy keys exist)."""
+    return request.headers.get(TENANT_HEADER) or auth.tenant_of(request)
+
+
+def _json(body: dict[str, Any]) -> web.Response:
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+def event_view(e: Any) -> dict[str, Any]:
+    """One event as the admin API and `ctxwarden log --json` show it (no tenant/session)."""
+    d: dict[str, Any] = e.public()
+    return {k: d[k] for k in ("turn", "chunk_id", "class", "tokens", "score", "action",
+                              "reason", "policy", "time", "preview")}
+
+
+async def evictions(request: web.Request) -> web.Response:
+    session = request.query.get("session", "").strip()
+    if not session:
+        return InvalidRequest("Query parameter 'session' is required, e.g. "
+                              "/admin/evictions?session=ID (see GET /admin/sessions).",
+                              code="missing_session", param="session").response()
+    events = await request.app[STORE].events(tenant_of(request), session)
+    return _json({"events": [event_view(e) for e in events]})
+
+
+async def sessions(request: web.Request) -> web.Response:
+    rows = await request.app[STORE].sessions(tenant_of(request))
+    return _json({"sessions": [{k: v for k, v in r.items() if k != "tenant"} for r in rows]})
+
+
+def setup_admin(app: web.Application) -> None:
+    app.router.add_get("/admin/evictions", evictions)
+    app.router.add_get("/admin/sessions", sessions)
