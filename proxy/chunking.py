@@ -82,7 +82,8 @@ class Chunker:
     def _classify(self, conv: Conversation, superseded: set[int]) -> None:
         parts = conv.parts
         first_user = next((i for i, p in enumerate(parts) if p.role == "user"), None)
-        last_user = next((i for i in range(len(parts) - 1, -1, -1) if parts[i].role == "user"), None)
+        last_user = next(
+            (i for i in range(len(parts) - 1, -1, -1) if parts[i].role == "user"), None)
         for i, p in enumerate(parts):
             c = p.chunk
             if p.role in ("system", "developer") or i == first_user:

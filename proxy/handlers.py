@@ -64,7 +64,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     prepared = await request.app[PIPELINE].prepare(body, route, tenant, session)
     upstream = request.app[UPSTREAM]
     fields: dict[str, Any] = {
-        "session": session, "route": route.name, "tenant": tenant, "turn": prepared.turn, "tokens_in": prepared.tokens_in,
+        "session": session, "route": route.name, "tenant": tenant, "turn": prepared.turn,
+        "tokens_in": prepared.tokens_in,
         "tokens_out": prepared.tokens_out, "budget": prepared.budget,
         "evicted": prepared.evicted, "new_evictions": prepared.new_evictions,
         "recalled": prepared.recalled, "policy": route.policy,

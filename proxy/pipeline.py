@@ -21,7 +21,7 @@ from proxy.fitting import Fit, Fitter
 from proxy.recall import Recaller
 from proxy.session import Sessions, SessionState
 from proxy.tokens import TokenCounter, encoding_for
-from store.base import EvictedChunk, Event, Store
+from store.base import Event, EvictedChunk, Store
 
 
 @dataclass(slots=True)

@@ -1,0 +1,231 @@
+"""The proxy end to end: official openai SDK → real aiohttp app → real upstream server."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import openai
+import pytest
+from aiohttp.test_utils import TestClient
+from structlog.testing import capture_logs
+
+from proxy.app import init_app
+from proxy.config import Settings
+from store.base import MemoryStore
+from tests.helpers import assistant, call, filler, tool, user
+from tests.upstream_server import UpstreamServer
+
+ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
+
+
+def settings_for(upstream: UpstreamServer, **route: Any) -> Settings:
+    base: dict[str, Any] = {
+        "name": "test", "model": "test-*",
+        "upstream": {"model": "openai/gpt-4o", "api_base": upstream.url, "api_key": "sk-up"},
+        "context_window": 4000, "max_output_tokens": 200,
+        "recall": {"enabled": False},
+    }
+    base.update(route)
+    return Settings(store={"path": ":memory:"}, routes=[base])
+
+
+@pytest.fixture
+async def make_client(aiohttp_client: ClientFactory,
+                      upstream: UpstreamServer) -> Callable[..., Awaitable[TestClient[Any, Any]]]:
+    async def make(**route: Any) -> TestClient[Any, Any]:
+        app = init_app(settings_for(upstream, **route), store=MemoryStore())
+        return await aiohttp_client(app, server_kwargs={"handler_cancellation": True})
+    return make
+
+
+SDK = Callable[[TestClient[Any, Any]], openai.AsyncOpenAI]
+
+
+@pytest.fixture
+async def sdk() -> Any:
+    """The official client pointed at the proxy; every client made is closed afterwards."""
+    made: list[openai.AsyncOpenAI] = []
+
+    def make(client: TestClient[Any, Any]) -> openai.AsyncOpenAI:
+        api = openai.AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key="sk-client",
+                                 max_retries=0)
+        made.append(api)
+        return api
+    yield make
+    for api in made:
+        await api.close()
+
+
+def long_session(rounds: int) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are an agent."},
+                                  user("Fix the build.")]
+    for i in range(rounds):
+        cid = f"call_{i}"
+        msgs += [assistant(None, call(cid, "read_file", f'{{"path": "src/m{i}.py"}}')),
+                 tool(cid, filler(250, f"m{i}")), assistant(f"Read m{i}."), user(f"next {i}")]
+    return msgs
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "read_file", "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
+
+
+async def test_non_stream_with_tools_passes_every_field_through(
+        make_client: Any, upstream: UpstreamServer, sdk: SDK) -> None:
+    client = await make_client()
+    upstream.enqueue(tool_calls=[{"name": "read_file", "arguments": '{"path": "a.py"}'}])
+    raw = await sdk(client).chat.completions.with_raw_response.create(
+        model="test-1", messages=[{"role": "user", "content": "read a.py"}], tools=TOOLS,
+        tool_choice="auto", seed=7, user="u1", stop=["\n\n"], n=1, temperature=0.2,
+        response_format={"type": "text"}, extra_body={"vendor_flag": {"x": 1}})
+    resp = raw.parse()
+    assert resp.choices[0].message.tool_calls[0].function.name == "read_file"
+    got = upstream.history[-1].body
+    assert got["tools"] == TOOLS and got["tool_choice"] == "auto" and got["seed"] == 7
+    assert got["user"] == "u1" and got["stop"] == ["\n\n"] and got["vendor_flag"] == {"x": 1}
+    assert got["response_format"] == {"type": "text"} and got["model"] == "gpt-4o"
+    assert got["messages"] == [{"role": "user", "content": "read a.py"}]
+    h = raw.headers
+    assert h["x-ctxwarden-session"].startswith("s-")
+    assert int(h["x-ctxwarden-tokens-in"]) == int(h["x-ctxwarden-tokens-out"]) > 0
+    assert h["x-ctxwarden-evicted"] == "0" and h["x-ctxwarden-recalled"] == "0"
+
+
+async def test_stream_arrives_in_openai_wire_format(make_client: Any, upstream: UpstreamServer,
+                                                    sdk: SDK) -> None:
+    client = await make_client()
+    upstream.enqueue("streamed words arrive in order")
+    stream = await sdk(client).chat.completions.create(
+        model="test-1", messages=[{"role": "user", "content": "hi"}], stream=True,
+        stream_options={"include_usage": True})
+    text, usage = "", None
+    async for chunk in stream:
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+        usage = chunk.usage or usage
+    assert text == "streamed words arrive in order" and usage is not None
+    assert upstream.history[-1].body["stream_options"] == {"include_usage": True}
+    resp = await client.post("/v1/chat/completions", json={
+        "model": "test-1", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+    body = await resp.text()
+    assert resp.headers["Content-Type"].startswith("text/event-stream")
+    assert body.startswith("data: {") and body.endswith("data: [DONE]\n\n")
+
+
+async def test_long_session_is_fitted_valid_and_sticky(make_client: Any,
+                                                       upstream: UpstreamServer,
+                                                       sdk: SDK) -> None:
+    upstream.context_window = 4000 - 200  # the provider's room for the prompt
+    client = await make_client()
+    api = sdk(client)
+    msgs = long_session(14)
+    first = await api.chat.completions.with_raw_response.create(
+        model="test-1", messages=msgs, extra_headers={"X-Session-ID": "sess-1"})
+    assert int(first.headers["x-ctxwarden-evicted"]) > 0
+    headers = first.headers
+    assert int(headers["x-ctxwarden-tokens-out"]) < int(headers["x-ctxwarden-tokens-in"])
+    sent1 = upstream.history[-1].body["messages"]
+    assert sent1[0] == msgs[0] and sent1[1] == msgs[1] and sent1[-1] == msgs[-1]
+    msgs2 = msgs + [assistant("Done with that."), user("and now?")]
+    await api.chat.completions.create(model="test-1", messages=msgs2,
+                                      extra_headers={"X-Session-ID": "sess-1"})
+    sent2 = upstream.history[-1].body["messages"]
+    assert sent2[: len(sent1)] == sent1  # sticky: the prefix the provider cached is intact
+    assert upstream.rejected == 0
+
+
+async def test_permanent_over_window_is_context_length_exceeded(make_client: Any) -> None:
+    client = await make_client(context_window=500)
+    resp = await client.post("/v1/chat/completions", json={
+        "model": "test-1", "messages": [{"role": "system", "content": filler(600)},
+                                        {"role": "user", "content": "hi"}]})
+    assert resp.status == 400
+    err = (await resp.json())["error"]
+    assert err["type"] == "invalid_request_error" and err["code"] == "context_length_exceeded"
+    assert err["param"] == "messages" and "cannot fit the context window of route 'test'" in \
+        err["message"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "error"),
+    [
+        (b"{not json", 400, {
+            "message": "We could not parse the JSON body of your request. (HINT: This likely "
+                       "means you aren't using your HTTP library correctly. The OpenAI API "
+                       "expects a JSON payload, but what was sent was not valid JSON.)",
+            "type": "invalid_request_error", "code": "invalid_json"}),
+        (b'{"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}', 404, {
+            "message": "The model 'gpt-9' does not exist or no route matches it "
+                       "(routes: test-*).",
+            "type": "invalid_request_error", "code": "model_not_found", "param": "model"}),
+        (b'{"model": "test-1", "messages": [{"role": "tool", "tool_call_id": "x", '
+         b'"content": "1"}]}', 400, {
+            "message": "Invalid parameter: messages with role 'tool' must be a response to a "
+                       "preceeding message with 'tool_calls'.",
+            "type": "invalid_request_error", "code": "invalid_value",
+            "param": "messages[0].role"}),
+        (b"\xff\xfe{}", 400, None),
+    ],
+)
+async def test_bad_input_gets_openai_errors(make_client: Any, upstream: UpstreamServer,
+                                            payload: bytes, status: int,
+                                            error: dict[str, Any] | None) -> None:
+    client = await make_client()
+    resp = await client.post("/v1/chat/completions", data=payload,
+                             headers={"Content-Type": "application/json"})
+    assert resp.status == status
+    body = await resp.json()
+    if error is not None:
+        assert body == {"error": error}
+    else:
+        assert body["error"]["code"] == "invalid_json"
+    assert upstream.history == []
+
+
+async def test_upstream_rate_limit_keeps_its_meaning(make_client: Any,
+                                                     upstream: UpstreamServer) -> None:
+    client = await make_client()
+    upstream.enqueue_error(429, headers={"Retry-After": "7"})
+    resp = await client.post("/v1/chat/completions", json={
+        "model": "test-1", "messages": [{"role": "user", "content": "x"}]})
+    assert resp.status == 429 and resp.headers["Retry-After"] == "7"
+    assert (await resp.json())["error"]["code"] == "rate_limit_exceeded"
+
+
+async def test_models_health_and_unknown_path(make_client: Any, sdk: SDK) -> None:
+    client = await make_client()
+    models = await sdk(client).models.list()
+    assert [m.id for m in models.data] == ["test"]
+    health = await client.get("/healthz")
+    assert (await health.json()) == {"status": "ok", "routes": 1, "store": "MemoryStore"}
+    missing = await client.get("/v2/nothing")
+    assert missing.status == 404
+    assert (await missing.json())["error"]["code"] == "unknown_url"
+
+
+async def test_client_disconnect_cancels_upstream(make_client: Any,
+                                                  upstream: UpstreamServer) -> None:
+    client = await make_client()
+    upstream.enqueue(" ".join(["tok"] * 200), chunk_delay=0.02)
+    resp = await client.post("/v1/chat/completions", json={
+        "model": "test-1", "stream": True, "messages": [{"role": "user", "content": "x"}]})
+    await resp.content.readline()
+    resp.close()  # the client walks away mid-stream
+    assert await upstream.wait_disconnects(1, timeout=3.0)
+
+
+async def test_one_log_line_per_request_without_message_text(make_client: Any) -> None:
+    client = await make_client()
+    with capture_logs() as logs:
+        resp = await client.post("/v1/chat/completions", json={
+            "model": "test-1", "messages": [{"role": "user", "content": "secret words here"}]})
+        assert resp.status == 200
+    lines = [e for e in logs if e["event"] == "request"]
+    assert len(lines) == 1
+    line = lines[0]
+    for key in ("session", "tokens_in", "tokens_out", "evicted", "recalled", "policy",
+                "latency_ms", "status"):
+        assert key in line
+    assert "secret" not in repr(logs) and "sk-up" not in repr(logs)
