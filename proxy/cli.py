@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
@@ -10,6 +11,9 @@ from collections.abc import Sequence
 import structlog
 
 from proxy.config import ConfigError, load_settings
+
+# Each module has `add_parser(subparsers)`; a new subcommand is one line here.
+SUBCOMMANDS: tuple[str, ...] = ("proxy.logcmd",)
 
 
 def configure_logging(json: bool = True, level: int = logging.INFO) -> None:
@@ -65,12 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=None, help="port (default 8787)")
     p.add_argument("--pretty", action="store_true", help="human-readable log lines")
     p.set_defaults(func=serve)
-    try:
-        from proxy import logcmd
-    except ImportError:  # pragma: no cover
-        pass
-    else:
-        logcmd.add_parser(sub)
+    for name in SUBCOMMANDS:
+        importlib.import_module(name).add_parser(sub)
     return parser
 
 
