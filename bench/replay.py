@@ -95,6 +95,6 @@ if __name__ == "__main__":
     import sys
 
     data = json.load(open(sys.argv[1] if len(sys.argv) > 1 else
-                          "../shared/data/tau-bench-gpt-4o-airline.json"))
+                          "tests/data/tau-bench-gpt-4o-airline.json"))
     s = asyncio.run(replay(data, route(3000)))
     print(s, f"reduction={s.reduction:.3f} prefix={s.prefix_ratio:.3f}")

@@ -1,7 +1,9 @@
 """Token counting as the provider counts, cached so a turn costs O(new messages).
 
 OpenAI's accounting for chat models: every message costs its content plus about 4 tokens
-of framing, and the reply is primed with 3 more. `tools` cost their schema. We count the
+of framing, and the reply is primed with 3 more. Tool-call ids and calls cost what their
+JSON costs (an over-count for OpenAI, exact enough for Anthropic's tool_use blocks). `tools`
+cost their schema. We count the
 schema as compact JSON, which over-counts OpenAI's internal rendering a little: the safe
 direction. Models tiktoken does not know (Claude, Llama…) use o200k_base; the route's
 safety margin absorbs the difference.
@@ -70,9 +72,14 @@ class TokenCounter:
         name = msg.get("name")
         if isinstance(name, str):
             n += self.text(name) + 1
+        call_id = msg.get("tool_call_id")
+        if isinstance(call_id, str):
+            n += self.text(call_id) + 1
         for call in msg.get("tool_calls") or ():
-            fn = call.get("function") or {}
-            n += 3 + self.text(str(fn.get("name", ""))) + self.text(str(fn.get("arguments", "")))
+            # The whole call as JSON (id, type, name, escaped arguments): providers render
+            # calls their own way, and ids such as "call_3kWx…" cost ~10 tokens each;
+            # counting the JSON errs on the safe side of every rendering we have seen.
+            n += 3 + self.text(orjson.dumps(call).decode())
         return n
 
     def tools(self, tools: Any) -> int:

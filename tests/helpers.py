@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-TAU = Path(__file__).resolve().parents[2] / "shared" / "data" / "tau-bench-gpt-4o-airline.json"
+# 200 real tau-bench trajectories (MIT, sierra-research/tau-bench@59a200c; see tests/data/).
+TAU = Path(__file__).resolve().parent / "data" / "tau-bench-gpt-4o-airline.json"
 
 
 def call(cid: str, name: str = "lookup", args: str = "{}") -> dict[str, Any]:
