@@ -57,6 +57,7 @@ class LanceStore:
         self._tables: dict[str, Any] = {}
         self._commits: dict[str, int] = {}
         self._open_lock = asyncio.Lock()
+        self._passages_lock = asyncio.Lock()
         self._dim: int | None = None  # the stored vectors' size, once the table exists
         self._warm: asyncio.Task[None] | None = None
         self.worker = EmbedWorker(self._embed_chunks, self._unembedded, max_pending=max_pending)
@@ -87,6 +88,13 @@ class LanceStore:
 
     async def _passages(self, dim: int | None = None) -> Any:
         """The passages table; created (by the worker) once the vector size is known."""
+        tbl = self._tables.get(S.PASSAGES)
+        if tbl is not None:
+            return tbl
+        async with self._passages_lock:  # recall and the worker may both get here first
+            return await self._open_passages(dim)
+
+    async def _open_passages(self, dim: int | None) -> Any:
         tbl = self._tables.get(S.PASSAGES)
         if tbl is not None:
             return tbl

@@ -146,7 +146,8 @@ async def ensure_indexes(table: Any, name: str, columns: Iterable[str]) -> None:
             if col not in have:
                 await table.create_index(col, config=BTree())
     except Exception as exc:  # a read-only store still reads, just slower
-        log.warning("store_index_failed", table=name, error=type(exc).__name__)
+        log.warning("store_index_failed", table=name, error=type(exc).__name__,
+                    detail=str(exc)[:200])
 
 
 async def compact(table: Any, name: str) -> None:
