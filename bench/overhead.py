@@ -115,6 +115,7 @@ routes:
     try:
         await _wait(f"http://127.0.0.1:{up_port}/v1/models", upstream)
         await _wait(f"http://127.0.0.1:{px_port}/healthz", proxy_proc)
+        await asyncio.sleep(10)  # the store loads MiniLM in a thread at start: let it finish
         cases = [("short (3 messages)", 3, "bench-1"), ("50 messages, ~35 KB", 50, "bench-1"),
                  ("1,000 messages, ~870 KB (evicts)", 1000, "small-1")]
         iters = 30 if quick else 200
@@ -162,7 +163,11 @@ routes:
     finally:
         for p in (proxy_proc, upstream):
             p.terminate()
-            p.wait(timeout=10)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
     lines = ["| request | body | direct p50 (ms) | proxy overhead p50 (ms) | overhead p95 (ms) "
              "| plain `litellm.acompletion` p50 (ms) |", "|---|---|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c:.2f} | **{d:.2f}** | {e:.2f} | {f:.2f} |"

@@ -203,8 +203,10 @@ class LanceStore:
         await self._ready()
         await self.worker.flush(timeout)
 
-    async def close(self, timeout: float = 30.0) -> None:
-        """Drain the embedding queue (bounded wait), stop the worker, drop the handles."""
+    async def close(self, timeout: float = 2.0) -> None:
+        """Drain the embedding queue briefly, stop the worker, drop the handles. A short
+        wait is enough: every offloaded chunk is already durable, and the next start's scan
+        embeds what is left, so Ctrl-C never waits on MiniLM."""
         await self.worker.stop(timeout)
         if self._warm is not None and not self._warm.done():
             self._warm.cancel()

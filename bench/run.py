@@ -1,0 +1,111 @@
+"""`make bench`: run every benchmark and write docs/benchmarks.md.
+
+    .venv/bin/python -m bench.run --out docs/benchmarks.md [--quick] [--only NAME ...]
+
+Each section is a module with `run(quick) -> markdown` (sync or async); a section that
+fails is reported as failed in the document rather than silently left out. Loopback
+only, no network; the full run takes about 10 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import importlib
+import inspect
+import os
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import proxy  # noqa: F401  (offline defaults)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(module: str) -> Callable[[bool], Any]:
+    """A benchmark module's `run(quick)`; imported only when its section runs."""
+    def go(quick: bool) -> Any:
+        return importlib.import_module(module).run(quick)
+    return go
+
+
+def _policies(quick: bool) -> str:
+    from bench import policies  # issue 4: the paper's experiments, Bélády and the optimum
+
+    return str(policies.section(ROOT / "docs", quick=quick))  # type: ignore[attr-defined]
+
+
+SECTIONS: dict[str, tuple[str, str, Callable[[bool], Any]]] = {
+    "overhead": ("Proxy overhead", "Targets: p50 ≤ 3 ms (short), ≤ 8 ms (50 messages), "
+                 "≤ 60 ms (1,000 messages, the eviction case). Three processes (fake upstream "
+                 "with zero latency, `ctxwarden serve` with a LanceDB store, this client); "
+                 "overhead is the median of per-iteration differences (proxy − direct).",
+                 _run("bench.overhead")),
+    "forwarding": ("Forwarding transport", "Why OpenAI-wire routes use the direct aiohttp "
+                   "transport and everything else LiteLLM (bench/forwarding.py).",
+                   _run("bench.forwarding")),
+    "decision": ("Eviction decision cost", "Target: ≤ 1 ms to rank 1,000 chunks.",
+                 _run("bench.decision")),
+    "prefix": ("Fitting: validity, reduction, cache-prefix ratio", "Goal: ≥ 0.9 while "
+               "fitting; truncating every turn scores far lower (bench/prefix.py).",
+               _run("bench.prefix")),
+    "retention": ("Never forget: needle retention", "Target ≥ 95 % with recall; truncation "
+                  "beside it (bench/retention.py).",
+                  _run("bench.retention")),
+    "store": ("Store: recall latency, embedding, hybrid search", "bench/store.py.",
+              _run("bench.store")),
+    "policies": ("Policies against Bélády and the offline optimum", "Issue 4 "
+                 "(bench/policies/); details and chart in docs/policies.md.", _policies),
+}
+
+
+async def _section(name: str, quick: bool) -> str:
+    title, intro, fn = SECTIONS[name]
+    started = time.perf_counter()
+    try:
+        result = fn(quick)
+        body = await result if inspect.isawaitable(result) else result
+        if isinstance(body, tuple):  # (markdown, figures)
+            body = body[0]
+    except Exception:
+        body = "**This section failed:**\n\n```\n" + traceback.format_exc(limit=4) + "```"
+    took = time.perf_counter() - started
+    print(f"bench: {name} done in {took:.0f} s", file=sys.stderr)
+    return f"## {title}\n\n{intro}\n\n{body}\n\n_({name}: {took:.0f} s)_\n"
+
+
+async def main(out: Path | None, quick: bool, only: list[str]) -> str:
+    names = only or list(SECTIONS)
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown:
+        raise SystemExit(f"Unknown benchmark: {', '.join(unknown)} "
+                         f"(known: {', '.join(SECTIONS)})")
+    parts = [await _section(n, quick) for n in names]
+    head = ["# Benchmarks", "",
+            f"Made by `make bench` (`python -m bench.run --out docs/benchmarks.md"
+            f"{' --quick' if quick else ''}`) on {dt.date.today().isoformat()}: "
+            f"{platform.python_implementation()} {platform.python_version()}, "
+            f"{os.cpu_count()} CPU cores, {platform.machine()}, loopback only. "
+            "Every figure below is rerun from this repository; none is typed by hand.", ""]
+    doc = "\n".join(head + parts)
+    if out is not None:
+        out.write_text(doc)
+    return doc
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=None, help="write the markdown here")
+    ap.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
+    ap.add_argument("--only", nargs="*", default=[], help=f"sections: {', '.join(SECTIONS)}")
+    args = ap.parse_args()
+    text = asyncio.run(main(args.out, args.quick, args.only))
+    if args.out is None:
+        print(text)
