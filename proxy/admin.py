@@ -20,6 +20,7 @@ from aiohttp import web
 from proxy import auth
 from proxy.errors import InvalidRequest
 from proxy.keys import STORE
+from store.base import TURN
 
 TENANT_HEADER = "X-Tenant-ID"
 
@@ -48,7 +49,7 @@ async def evictions(request: web.Request) -> web.Response:
                               "/admin/evictions?session=ID (see GET /admin/sessions).",
                               code="missing_session", param="session").response()
     events = await request.app[STORE].events(tenant_of(request), session)
-    return _json({"events": [event_view(e) for e in events]})
+    return _json({"events": [event_view(e) for e in events if e.action != TURN]})
 
 
 async def sessions(request: web.Request) -> web.Response:

@@ -21,7 +21,7 @@ from proxy.admin import event_view
 from proxy.auth import DEFAULT_TENANT
 from proxy.config import ConfigError, load_settings
 from proxy.errors import StoreUnavailable
-from store.base import Event, MemoryStore, Store
+from store.base import TURN, Event, MemoryStore, Store
 
 COLUMNS = ("turn", "action", "class", "tokens", "score", "preview")
 
@@ -69,7 +69,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
               file=sys.stderr)
         return 1
     try:
-        events = asyncio.run(_read(path, args.tenant, args.session))
+        events = [e for e in asyncio.run(_read(path, args.tenant, args.session))
+                  if e.action != TURN]  # per-turn summaries are the inspector's, not decisions
     except StoreUnavailable as exc:
         print(f"ctxwarden: {exc.message}", file=sys.stderr)
         return 1

@@ -18,9 +18,10 @@ from proxy.chunking import Chunker, Conversation
 from proxy.config import ConfigError, RouteSettings, Settings
 from proxy.errors import ContextLengthExceeded
 from proxy.fitting import Fit, Fitter
-from proxy.recall import Recaller
+from proxy.recall import Recaller, query_text
 from proxy.session import Sessions, SessionState
 from proxy.tokens import TokenCounter, encoding_for
+from proxy.turnlog import TurnLog, summary
 from store.base import Event, EvictedChunk, Store
 
 
@@ -86,6 +87,7 @@ class Pipeline:
         self.runtimes = {r.name: RouteRuntime(r, resolve_window(r, i))
                          for i, r in enumerate(settings.routes)}
         self.recaller = Recaller(store)
+        self.turns = TurnLog(store)  # per-turn summaries for the inspector, off the hot path
 
     async def prepare(self, body: dict[str, Any], route: RouteSettings, tenant: str,
                       session: str) -> Prepared:
@@ -127,9 +129,15 @@ class Pipeline:
         ratio = _prefix_ratio(state.last_prompt, prompt)
         state.last_prompt = prompt
         forwarded = {**body, "messages": recall.messages}
+        tokens_out = fit.tokens + recall.tokens + tools_tokens
+        self.turns.submit(summary(
+            rt, conv, fit, recall.events, tenant=tenant, session=session, budget=budget,
+            recall_budget=recall_budget, tools=tools_tokens, tokens_in=tokens_in,
+            tokens_out=tokens_out, recall_tokens=recall.tokens,
+            query=query_text(conv) if recall.events else ""))
         return Prepared(
             body=forwarded, route=rt.route, tenant=tenant, session=session, turn=conv.turn,
-            tokens_in=tokens_in, tokens_out=fit.tokens + recall.tokens + tools_tokens,
+            tokens_in=tokens_in, tokens_out=tokens_out,
             budget=budget, evicted=len(fit.evicted), new_evictions=len(fit.new),
             recalled=len(recall.events), prefix_ratio=ratio, events=events,
         )

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+TURN = "turn"  # Event.action of a per-turn summary row (proxy/turnlog.py), not a decision
+
 
 @dataclass(frozen=True, slots=True)
 class EvictedChunk:
@@ -36,7 +38,7 @@ class Event:
     klass: str
     tokens: int
     score: float
-    action: str  # evict | recall | restore
+    action: str  # evict | recall | restore | turn (a summary row, see TURN)
     reason: str
     policy: str
     preview: str = ""
@@ -121,7 +123,7 @@ def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         s = out.setdefault((r["tenant"], r["session"]), {
             "tenant": r["tenant"], "session": r["session"], "events": 0, "evicted": 0,
             "recalled": 0, "evicted_tokens": 0, "last_turn": 0, "last_time": 0.0})
-        s["events"] += 1
+        s["events"] += int(r["action"] != TURN)  # summary rows are not decisions
         s["last_turn"] = max(s["last_turn"], int(r["turn"]))
         s["last_time"] = max(s["last_time"], float(r["time"]))
         if r["action"] == "evict":
