@@ -1,0 +1,132 @@
+"""`ctxwarden bench policies|replay`: the eviction-policy benchmarks from the command line.
+
+    ctxwarden bench policies [--workload uniform|adversarial] [--sessions N] [--seed S]
+                             [--budget-ratio R] [--chart-sessions M] [--out DIR]
+    ctxwarden bench replay --trajectories FILE --window N [--policies a,b] [--limit N]
+                           [--recall off|on|both] [--recall-limit K] [--out DIR]
+
+Why here and not only in `make bench`: anyone can rerun a figure from docs/ with a
+different seed, size or budget and get the same table for the same arguments (the
+timing column aside). The code lives in bench/policies/, which ships with the source
+tree, not with the installed package; it is imported from the checkout this module
+belongs to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("bench", "bench.policies") or not (ROOT / "bench").is_dir():
+            raise
+        sys.path.insert(0, str(ROOT))  # an editable install maps proxy/, not bench/
+        return importlib.import_module(module)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
+    return value
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("bench", help="benchmark the eviction policies")
+    sub = p.add_subparsers(dest="bench", required=True)
+    pol = sub.add_parser("policies", help="RWOE paper experiments vs Bélády and the optimum")
+    pol.add_argument("--workload", choices=("uniform", "adversarial"), default="uniform")
+    pol.add_argument("--sessions", type=_positive, default=None,
+                     help="sessions (default: the paper's, 500 uniform / 200 adversarial)")
+    pol.add_argument("--seed", type=int, default=0)
+    pol.add_argument("--budget-ratio", type=_ratio, default=None,
+                     help="budget as a share of the session's tokens (default: workload's)")
+    pol.add_argument("--chart-sessions", type=_positive, default=None,
+                     help="sessions per budget point of the chart (default: min(N, 100))")
+    pol.add_argument("--out", type=Path, default=None,
+                     help="write policies.json, policies.md and policies.png here")
+    pol.set_defaults(func=run_policies)
+    rep = sub.add_parser("replay", help="real trajectories through the pipeline, per policy")
+    rep.add_argument("--trajectories", type=Path, required=True, help="tau-bench JSON file")
+    rep.add_argument("--window", type=_positive, required=True, help="context window, tokens")
+    rep.add_argument("--policies", default=None,
+                     help="comma-separated (default: every registered policy + rwoe-sized)")
+    rep.add_argument("--limit", type=_positive, default=None, help="first N trajectories")
+    rep.add_argument("--recall", choices=("off", "on", "both"), default="both")
+    rep.add_argument("--recall-limit", type=int, default=20,
+                     help="recall on replays the first K trajectories only (0 = all; it "
+                          "embeds every evicted chunk with MiniLM, ~0.15 s a request)")
+    rep.add_argument("--recall-policies", default="truncate,lru,lfu,rwoe")
+    rep.add_argument("--out", type=Path, default=None, help="write replay.json and replay.md")
+    rep.set_defaults(func=run_replay)
+
+
+def run_policies(args: argparse.Namespace) -> int:
+    exp_mod = _bench("bench.policies.experiment")
+    report = _bench("bench.policies.report")
+    params = _bench("bench.policies.workload").WORKLOADS[args.workload]
+    if args.budget_ratio is not None:
+        params = params.with_(budget_ratio=args.budget_ratio)
+    n = args.sessions or (500 if args.workload == "uniform" else 200)
+    pols = [*exp_mod.policy_names(), exp_mod.SIZE_AWARE]
+    with report.progress_bar(n, f"{args.workload}") as bar:
+        exp = exp_mod.run(params, n, args.seed, pols, bar)
+    table = report.text_table(exp)
+    sys.stdout.write(table)
+    if args.out is not None:
+        out: Path = args.out
+        out.mkdir(parents=True, exist_ok=True)
+        report.write_json(exp, out / "policies.json")
+        (out / "policies.md").write_text(f"{report.describe(exp)}\n\n{report.markdown_table(exp)}")
+        m = args.chart_sessions or min(n, 100)
+        with report.progress_bar(m * len(exp_mod.RATIOS), "chart") as bar:
+            curves = exp_mod.sweep(params, m, args.seed, policies=pols, bar=bar)
+        report.chart(curves, out / "policies.png",
+                     f"{params.name} workload, {m} sessions per point, seed {args.seed}")
+        print(f"wrote {out / 'policies.json'}, policies.md, policies.png", file=sys.stderr)
+    return 0
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    exp_mod = _bench("bench.policies.experiment")
+    replay = _bench("bench.policies.replay").replay
+    table = _bench("bench.policies").replay_table
+    try:
+        trajs = json.loads(args.trajectories.read_text())[: args.limit]
+    except (OSError, ValueError) as exc:
+        print(f"ctxwarden: cannot read {args.trajectories}: {exc}", file=sys.stderr)
+        return 2
+    pols = (args.policies.split(",") if args.policies
+            else ["none", *exp_mod.policy_names(), exp_mod.SIZE_AWARE])
+    rows = []
+    if args.recall in ("off", "both"):
+        rows += [r.as_dict() for r in replay(trajs, args.window, pols, False, True)]
+    if args.recall in ("on", "both"):
+        subset = trajs[: args.recall_limit] if args.recall_limit > 0 else trajs
+        recall_pols = args.recall_policies.split(",")
+        if args.recall == "both" and len(subset) < len(trajs):  # paired: off on the same ones
+            rows += [r.as_dict() for r in replay(subset, args.window, recall_pols, False, True)]
+        rows += [r.as_dict() for r in replay(subset, args.window, recall_pols, True, True)]
+    sys.stdout.write(table(rows))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "replay.json").write_text(json.dumps(rows, indent=2) + "\n")
+        (args.out / "replay.md").write_text(table(rows))
+    return 0
