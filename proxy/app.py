@@ -85,4 +85,9 @@ def init_app(settings: Settings, store: Store | None = None,
         pass
     else:
         setup_admin(app)
+    from proxy.admin_detail import setup_detail
+    from proxy.metrics import setup_metrics
+
+    setup_metrics(app)  # GET /metrics, request counts, store and upstream timings
+    setup_detail(app)  # the inspector: /ui, /admin/turns, /admin/chunk, /admin/store
     return app

@@ -10,6 +10,7 @@ import orjson
 import structlog
 from aiohttp import web
 
+from proxy import metrics
 from proxy.auth import tenant_of
 from proxy.errors import InvalidRequest, PayloadTooLarge, RouteNotFound
 from proxy.keys import PIPELINE, SETTINGS, STORE, UPSTREAM
@@ -72,6 +73,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         "prefix_ratio": round(prepared.prefix_ratio, 3), "stream": bool(body.get("stream")),
         "overhead_ms": round((time.perf_counter() - started) * 1000, 2),
     }
+    metrics.observe(request, prepared, fields["overhead_ms"])
     if not body.get("stream"):
         reply = await upstream.complete(route, prepared.body)
         if reply.usage:

@@ -1,0 +1,164 @@
+"""`GET /metrics` in Prometheus' text format (prometheus-client), one registry per app.
+
+    ctxwarden_requests_total{path, route, status}   path is the route template, route the
+                                                    config route a chat request matched
+    ctxwarden_tokens_in_total{route}                prompt tokens clients sent
+    ctxwarden_tokens_out_total{route}               prompt tokens forwarded (fitted + recall)
+    ctxwarden_evicted_tokens_total{route, class}    tokens newly evicted
+    ctxwarden_recalled_tokens_total{route, class}   tokens re-injected by recall
+    ctxwarden_store_seconds{op}                     store calls (offload, log, recall, …)
+    ctxwarden_upstream_seconds{route, stream}       a whole reply, or until a stream opens
+    ctxwarden_overhead_seconds{route}               time in the proxy before forwarding
+
+Why per app, not prometheus-client's global registry: tests and benchmarks build many apps
+in one process, and each must count only its own traffic. Why the store and the upstream
+are timed by wrapping their methods on the instance rather than with a wrapper object:
+the pipeline holds the store it was built with, `/healthz` reports the store's type, and
+tests reach store-specific methods; an in-place wrap changes none of that and keeps the
+edge's hooks to one line (`observe`) plus one middleware.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import generate_latest
+
+from proxy.keys import STORE, UPSTREAM
+
+if TYPE_CHECKING:
+    from proxy.pipeline import Prepared
+
+STORE_OPS = ("offload", "log", "recall", "evicted_ids", "events", "sessions", "fetch")
+FAST = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1.0, 2.5, 5.0)
+SLOW = (.005, .01, .025, .05, .1, .25, .5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+_INNER = "__ctxwarden_inner__"
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("ctxwarden_requests", "HTTP requests by path template, "
+                                "config route and status", ["path", "route", "status"],
+                                registry=r)
+        self.tokens_in = Counter("ctxwarden_tokens_in", "Prompt tokens clients sent",
+                                 ["route"], registry=r)
+        self.tokens_out = Counter("ctxwarden_tokens_out", "Prompt tokens forwarded upstream "
+                                  "(after eviction and recall)", ["route"], registry=r)
+        self.evicted = Counter("ctxwarden_evicted_tokens", "Tokens newly evicted, by class",
+                               ["route", "class"], registry=r)
+        self.recalled = Counter("ctxwarden_recalled_tokens", "Tokens recalled, by class",
+                                ["route", "class"], registry=r)
+        self.store_seconds = Histogram("ctxwarden_store_seconds", "Store call latency",
+                                       ["op"], buckets=FAST, registry=r)
+        self.upstream_seconds = Histogram("ctxwarden_upstream_seconds", "Upstream latency: "
+                                          "whole reply, or until a stream opens",
+                                          ["route", "stream"], buckets=SLOW, registry=r)
+        self.overhead_seconds = Histogram("ctxwarden_overhead_seconds", "Time in the proxy "
+                                          "before forwarding", ["route"], buckets=FAST,
+                                          registry=r)
+
+
+METRICS: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
+ROUTE: web.RequestKey[str] = web.RequestKey("ctxwarden_route", str)
+
+
+def observe(request: web.Request, p: Prepared, overhead_ms: float) -> None:
+    """The handler's one hook: what this request did to the context."""
+    m = request.app.get(METRICS)
+    if m is None:
+        return
+    route = request[ROUTE] = p.route.name
+    m.tokens_in.labels(route).inc(p.tokens_in)
+    m.tokens_out.labels(route).inc(p.tokens_out)
+    for e in p.events:
+        if e.action == "evict":
+            m.evicted.labels(route, e.klass).inc(e.tokens)
+        elif e.action == "recall":
+            m.recalled.labels(route, e.klass).inc(e.tokens)
+    m.overhead_seconds.labels(route).observe(overhead_ms / 1000)
+
+
+def _path(request: web.Request) -> str:
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "unmatched"
+
+
+@web.middleware
+async def count_requests(request: web.Request,
+                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                         ) -> web.StreamResponse:
+    status = 500
+    try:
+        resp = await handler(request)
+        status = resp.status
+        return resp
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    except asyncio.CancelledError:
+        status = 499  # the client left before an answer
+        raise
+    finally:
+        request.app[METRICS].requests.labels(_path(request), request.get(ROUTE, ""),
+                                             str(status)).inc()
+
+
+def _timed(fn: Callable[..., Awaitable[Any]], observe: Callable[[tuple[Any, ...], float], None],
+           ) -> Callable[..., Awaitable[Any]]:
+    inner = getattr(fn, _INNER, fn)  # re-instrumenting (a second app) replaces, never nests
+
+    @functools.wraps(inner)
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return await inner(*args, **kwargs)
+        finally:
+            observe(args, time.perf_counter() - started)
+
+    setattr(timed, _INNER, inner)
+    return timed
+
+
+def instrument_store(store: Any, m: Metrics) -> None:
+    for op in STORE_OPS:
+        fn = getattr(store, op, None)
+        if fn is not None:
+            setattr(store, op, _timed(fn, _observer(m.store_seconds.labels(op))))
+
+
+def _observer(hist: Any) -> Callable[[tuple[Any, ...], float], None]:
+    def seen(_args: tuple[Any, ...], seconds: float) -> None:
+        hist.observe(seconds)
+    return seen
+
+
+def instrument_upstream(upstream: Any, m: Metrics) -> None:
+    for op, stream in (("complete", "false"), ("open_stream", "true")):
+        def seen(args: tuple[Any, ...], s: float, stream: str = stream) -> None:
+            m.upstream_seconds.labels(args[0].name, stream).observe(s)
+        setattr(upstream, op, _timed(getattr(upstream, op), seen))
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[METRICS].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def setup_metrics(app: web.Application) -> None:
+    m = app[METRICS] = Metrics()
+    app.middlewares.insert(0, count_requests)  # outermost: sees the final status
+    app.router.add_get("/metrics", metrics)
+    instrument_store(app[STORE], m)
+
+    async def wrap_upstream(app: web.Application) -> AsyncIterator[None]:
+        instrument_upstream(app[UPSTREAM], m)  # the upstream exists once startup ran
+        yield
+
+    app.cleanup_ctx.append(wrap_upstream)
