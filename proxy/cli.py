@@ -13,7 +13,7 @@ import structlog
 from proxy.config import ConfigError, load_settings
 
 # Each module has `add_parser(subparsers)`; a new subcommand is one line here.
-SUBCOMMANDS: tuple[str, ...] = ("proxy.logcmd", "proxy.benchcmd")
+SUBCOMMANDS: tuple[str, ...] = ("proxy.logcmd", "proxy.democmd", "proxy.benchcmd")
 
 
 def configure_logging(json: bool = True, level: int = logging.INFO) -> None:

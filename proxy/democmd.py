@@ -1,0 +1,197 @@
+"""`ctxwarden demo [--url URL] [--start]`: watch the proxy evict and recall, turn by turn.
+
+Plays a scripted coding-agent session (proxy/demo_script.py) against a running proxy, or
+with `--start` against one it starts in this process on the config's demo route (LiteLLM
+mock, window 1200: no key, no network). After each request it reads what the proxy did
+from the same admin API the inspector uses (`/admin/evictions`, `/admin/turns`), prints
+tokens in → out, each eviction (class, tokens, score) and recall, and ends with the
+inspector's URL. With `--start` it keeps serving afterwards so the URL works (`--exit`
+stops instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import secrets
+import sys
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import aiohttp
+import structlog
+
+from proxy.demo_script import STEPS, SYSTEM, Step
+
+DEFAULT_URL = "http://127.0.0.1:8787"
+
+
+class DemoError(Exception):
+    """The demo cannot go on; the message says why and what to do."""
+
+
+@dataclass
+class DemoResult:
+    session: str
+    url: str
+    turns: list[dict[str, Any]] = field(default_factory=list)  # /admin/turns rows
+    events: list[dict[str, Any]] = field(default_factory=list)  # /admin/evictions rows
+    reply: str = ""  # the model's answer to the last request
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("demo", help="play a scripted agent session through the proxy "
+                              "and show what it evicted and recalled")
+    p.add_argument("--url", default=None, help=f"a running proxy (default {DEFAULT_URL})")
+    p.add_argument("--start", action="store_true",
+                   help="start a proxy in this process from --config (its demo route)")
+    p.add_argument("--config", default="config.yaml", help="with --start (default config.yaml)")
+    p.add_argument("--port", type=int, default=None,
+                   help="with --start: port (default: the config's; 0 picks a free one)")
+    p.add_argument("--exit", action="store_true",
+                   help="with --start: stop when the demo ends instead of serving on")
+    p.add_argument("--model", default="demo", help="model to ask for (default demo)")
+    p.add_argument("--session", default=None, help="session id (default demo-<random>)")
+    p.add_argument("--api-key", default=os.environ.get("CTXWARDEN_API_KEY"),
+                   help="proxy key for /v1 (default $CTXWARDEN_API_KEY)")
+    p.add_argument("--admin-key", default=os.environ.get("CTXWARDEN_ADMIN_KEY"),
+                   help="admin key for /admin (default $CTXWARDEN_ADMIN_KEY)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    try:
+        asyncio.run(_main(args, out or sys.stdout))
+    except DemoError as exc:
+        print(f"ctxwarden demo: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _bearer(key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+async def _main(args: argparse.Namespace, out: TextIO) -> None:
+    from proxy.demoserve import started
+
+    async with started(args) as url, aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=120)) as http:
+        session = args.session or f"demo-{secrets.token_hex(4)}"
+        await drive(http, url, session, out, model=args.model,
+                    api_headers=_bearer(args.api_key),
+                    admin_headers=_bearer(args.admin_key or args.api_key))
+        if args.start and not args.exit:
+            print(f"serving on {url} (Ctrl+C to stop)", file=sys.stderr)
+            await asyncio.Event().wait()
+
+
+async def _get(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> Any:
+    async with http.get(url, headers=headers) as resp:
+        if resp.status != 200:
+            raise DemoError(f"GET {url} answered {resp.status}: {(await resp.text())[:300]}"
+                            + (" (set --admin-key)" if resp.status in (401, 403) else ""))
+        return await resp.json()
+
+
+async def _wait_embedded(http: aiohttp.ClientSession, url: str, headers: dict[str, str],
+                         out: TextIO, timeout: float) -> None:
+    """Recall searches embedded passages; embedding runs in the background."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    said = False
+    while True:
+        backlog = int((await _get(http, f"{url}/admin/store", headers))["backlog"])
+        if backlog == 0 or loop.time() > deadline:
+            return
+        if not said:
+            out.write(f"        (waiting for the store to embed {backlog} offloaded chunks)\n")
+            said = True
+        await asyncio.sleep(0.2)
+
+
+async def drive(http: aiohttp.ClientSession, url: str, session: str, out: TextIO, *,
+                model: str = "demo", api_headers: dict[str, str] | None = None,
+                admin_headers: dict[str, str] | None = None,
+                embed_wait: float = 60.0) -> DemoResult:
+    """Play the script against the proxy at `url`; print and return what it did."""
+    api = {"X-Session-ID": session, **(api_headers or {})}
+    admin = admin_headers or {}
+    q = f"session={session}"
+    result = DemoResult(session, url)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+    seen = 0
+    out.write(f"ctxwarden demo: session {session} on {url} (model {model!r})\n")
+    for n, step in enumerate(STEPS):
+        if step.user is not None:
+            if step.note:
+                messages.append({"role": "assistant", "content": step.note})
+            messages.append({"role": "user", "content": step.user})
+        else:
+            cid = f"call_{n}"
+            messages.append({"role": "assistant", "content": step.note, "tool_calls": [
+                {"id": cid, "type": "function",
+                 "function": {"name": step.tool, "arguments": step.args}}]})
+            messages.append({"role": "tool", "tool_call_id": cid, "content": step.output})
+        if n == len(STEPS) - 1 and result.events:
+            await _wait_embedded(http, url, admin, out, embed_wait)
+        async with http.post(f"{url}/v1/chat/completions", headers=api,
+                             json={"model": model, "messages": messages}) as resp:
+            if resp.status != 200:
+                raise DemoError(f"POST /v1/chat/completions answered {resp.status}: "
+                                f"{(await resp.text())[:300]}")
+            body = await resp.json()
+        result.reply = str((body.get("choices") or [{}])[0].get("message", {}).get("content"))
+        result.events = (await _get(http, f"{url}/admin/evictions?{q}", admin))["events"]
+        result.turns = (await _get(http, f"{url}/admin/turns?{q}", admin))["turns"]
+        new, seen = result.events[seen:], len(result.events)
+        out.write(_turn_line(result.turns[-1] if result.turns else {}, _what(step),
+                             resp.headers))
+        for e in new:
+            out.write(_event_line(e))
+    out.write(_totals(result))
+    return result
+
+
+def _what(step: Step) -> str:
+    return step.label + (f" ({step.tool})" if step.tool else "")
+
+
+WIDTH = max(len(_what(s)) for s in STEPS)
+
+
+def _turn_line(turn: dict[str, Any], what: str, headers: Any) -> str:
+    tin, tout = int(headers["X-Ctxwarden-Tokens-In"]), int(headers["X-Ctxwarden-Tokens-Out"])
+    budget = f"  budget {turn['budget']:,}" if "budget" in turn else ""
+    return (f"turn {turn.get('turn', '?'):>2}  {what:<{WIDTH}}  tokens {tin:>5,} → {tout:>5,}"
+            f"{budget}\n")
+
+
+def _event_line(e: dict[str, Any]) -> str:
+    sign, label = ("-", "evicted ") if e["action"] == "evict" else ("+", "recalled")
+    score = "score" if e["action"] == "evict" else "sim  "
+    preview = " ".join(str(e["preview"]).split())
+    preview = preview if len(preview) <= 48 else preview[:47] + "…"
+    return (f"        {sign} {label} {e['class']:<10} {e['tokens']:>4} tok  {score} "
+            f"{e['score']:.4f}  {preview}\n")
+
+
+def _totals(r: DemoResult) -> str:
+    ev = [e for e in r.events if e["action"] == "evict"]
+    rc = [e for e in r.events if e["action"] == "recall"]
+    return (f"\nsession {r.session}: {len(r.turns)} turns, {len(ev)} chunks evicted "
+            f"({sum(e['tokens'] for e in ev):,} tokens), {len(rc)} passages recalled "
+            f"({sum(e['tokens'] for e in rc):,} tokens)\n"
+            f"model's last answer: {r.reply}\n"
+            f"decision log: ctxwarden log --session {r.session}\n"
+            f"inspector: {r.url}/ui/#session={r.session}\n")
+
+
+def quiet_server_logs() -> None:
+    """With --start the proxy's request lines would bury the demo's table: warnings only."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+                        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
