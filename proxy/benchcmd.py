@@ -58,6 +58,9 @@ def add_parser(subparsers: Any) -> None:
     pol.add_argument("--seed", type=int, default=0)
     pol.add_argument("--budget-ratio", type=_ratio, default=None,
                      help="budget as a share of the session's tokens (default: workload's)")
+    pol.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                     help="override a numeric workload parameter (bench/policies/workload.py), "
+                          "e.g. --set ref_recency=0.5; repeatable")
     pol.add_argument("--chart-sessions", type=_positive, default=None,
                      help="sessions per budget point of the chart (default: min(N, 100))")
     pol.add_argument("--out", type=Path, default=None,
@@ -84,6 +87,11 @@ def run_policies(args: argparse.Namespace) -> int:
     params = _bench("bench.policies.workload").WORKLOADS[args.workload]
     if args.budget_ratio is not None:
         params = params.with_(budget_ratio=args.budget_ratio)
+    try:
+        params = params.with_(**dict(_setting(params, item) for item in args.set))
+    except ValueError as exc:
+        print(f"ctxwarden: --set {exc}", file=sys.stderr)
+        return 2
     n = args.sessions or (500 if args.workload == "uniform" else 200)
     pols = [*exp_mod.policy_names(), exp_mod.SIZE_AWARE]
     with report.progress_bar(n, f"{args.workload}") as bar:
@@ -102,6 +110,20 @@ def run_policies(args: argparse.Namespace) -> int:
                      f"{params.name} workload, {m} sessions per point, seed {args.seed}")
         print(f"wrote {out / 'policies.json'}, policies.md, policies.png", file=sys.stderr)
     return 0
+
+
+def _setting(params: Any, item: str) -> tuple[str, int | float]:
+    """`name=value` for a numeric field of WorkloadParams, typed like its default."""
+    name, sep, text = item.partition("=")
+    current = getattr(params, name, None) if sep else None
+    if isinstance(current, bool) or not isinstance(current, int | float):
+        raise ValueError(f"{item!r}: expected NAME=VALUE with NAME a numeric workload "
+                         "parameter (turns, refs_per_turn, ref_recency, r0, alpha, topics, "
+                         "topic_focus, topic_shift, topic_noise, budget_ratio, …)")
+    try:
+        return name, type(current)(text)
+    except ValueError:
+        raise ValueError(f"{item!r}: {text!r} is not a {type(current).__name__}") from None
 
 
 def run_replay(args: argparse.Namespace) -> int:

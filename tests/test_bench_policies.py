@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bench.policies.experiment import KEYS, policy_names, run
-from bench.policies.references import Belady, brute_force, optimum
+from bench.policies.references import Belady, Informed, brute_force, optimum
 from bench.policies.replay import ReplayRow, _misses, _RareCache
 from bench.policies.simulate import simulate
 from bench.policies.workload import (
@@ -109,6 +109,7 @@ def test_optimum_is_exact_and_no_policy_beats_it(params: WorkloadParams) -> None
             pass
         outcomes = {n: simulate(s, p, f"11:{i}") for n, p in live.items()}
         outcomes["belady"] = simulate(s, Belady(s))
+        outcomes["informed"] = simulate(s, Informed(s))
         for name, o in outcomes.items():
             assert o.utility <= best.utility + 1e-9, (name, i)
     assert checked >= 20
@@ -147,7 +148,7 @@ def test_a_fixed_seed_reproduces_the_committed_table() -> None:
     for name, rows in got.items():
         assert _rows_without_timing(rows) == committed[name]
         for r in rows:  # timing is measured, so only its presence is checked
-            offline = r["policy"] in ("belady", "optimum")
+            offline = r["policy"] in ("informed", "belady", "optimum")
             assert (r["ms_per_turn"] is None) == offline
             assert offline or r["ms_per_turn"] > 0
 
@@ -159,7 +160,8 @@ def test_cli_writes_policies_json_markdown_and_chart(tmp_path: Path,
     rows = json.loads((out / "policies.json").read_text())
     assert all(tuple(r) == KEYS for r in rows)
     names = [r["policy"] for r in rows]
-    assert set(policy_names()) <= set(names) and names[-2:] == ["belady", "optimum"]
+    assert set(policy_names()) <= set(names)
+    assert names[-3:] == ["informed", "belady", "optimum"]
     assert rows[-1]["utility_pct_optimum"] == 100.0
     assert all(r["utility_pct_optimum"] <= 100.0 for r in rows)
     assert (out / "policies.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -173,6 +175,8 @@ def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
         main(["bench", "policies", "--budget-ratio", "1.5"])
     assert exc.value.code == 2
     assert "must be in (0, 1], got 1.5" in capsys.readouterr().err
+    assert main(["bench", "policies", "--set", "turns=x"]) == 2
+    assert capsys.readouterr().err == "ctxwarden: --set 'turns=x': 'x' is not a int\n"
 
 
 def test_a_reply_reusing_an_evicted_id_is_a_reference_miss() -> None:
@@ -203,5 +207,5 @@ def test_cli_replay_runs_real_trajectories_through_the_pipeline(
         assert 0 <= r["reference_misses"] <= r["reused_tokens"]
     assert rows["none"]["refused"] > rows["rwoe"]["refused"]  # no eviction: over the window
     assert rows["rwoe"]["token_reduction_pct"] > 10 and rows["none"]["reference_misses"] == 0
-    assert f"| rwoe | False | 6 | {requests} |" in capsys.readouterr().out
+    assert f"| rwoe | False | 3000 | 6 | {requests} |" in capsys.readouterr().out
     assert not math.isnan(rows["lru"]["miss_rate_pct"])

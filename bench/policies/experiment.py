@@ -16,13 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.policies.references import Belady, optimum
+from bench.policies.references import Belady, Informed, optimum
 from bench.policies.simulate import simulate
 from bench.policies.workload import WorkloadParams, generate
 from policies import available, get_policy
 
 KEYS = ("policy", "utility_pct_optimum", "utility_pct_belady", "reconstructions_per_turn",
         "ms_per_turn")
+REFERENCES = ("informed", "belady", "optimum")  # yardsticks, not proxy policies
 RATIOS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 #: RWOE with a reconstruction cost that does not grow with size (R = 100 tokens for a tool
 #: result instead of R = σ), so EFV really is per token: the variant docs/policies.md shows
@@ -69,14 +70,14 @@ def run(params: WorkloadParams, sessions: int, seed: int,
         best = optimum(s)
         utility["optimum"] += best.utility
         recon["optimum"] += best.reconstructions
-        evictors: dict[str, Any] = {**live, "belady": Belady(s)}
+        evictors: dict[str, Any] = {**live, "informed": Informed(s), "belady": Belady(s)}
         for name, ev in evictors.items():
             o = simulate(s, ev, f"{seed}:{i}")
             utility[name] += o.utility
             recon[name] += o.reconstructions
             if name in live:
                 times[name] += o.decision_ms
-            else:  # PERMANENT alone over B: the same for every policy, counted once
+            elif name == "belady":  # PERMANENT alone over B: the same for all, counted once
                 over += o.over_budget_turns
             if best.utility > 0:
                 worst[name] = min(worst[name], 100 * o.utility / best.utility)
@@ -85,7 +86,7 @@ def run(params: WorkloadParams, sessions: int, seed: int,
             bar.update()
     turns = max(1, sessions * params.turns)
     rows = []
-    for name in [*names, "belady", "optimum"]:
+    for name in [*names, *REFERENCES]:
         rows.append({
             "policy": name,
             "utility_pct_optimum": _pct(utility[name], utility["optimum"]),

@@ -4,6 +4,12 @@ Why two: the RWOE paper's "Bélády" is beaten by RWOE (100.3 %), so it was not 
 of the paper's own objective. Bélády answers "how good is perfect knowledge of *when* a
 chunk is needed, used greedily"; the optimum answers "how much utility was there to get".
 
+Informed (a third yardstick, online): knows the generator's parameters (class mix and
+weights, decay, λ, topic focus and shift) but not its draws, and evicts the lowest
+expected future utility per token, Σ_{u ≥ t} P(referenced at u) · r_i(u) / σ_i. What it
+leaves on the table is roughly the price of not knowing the future; it is a heuristic,
+not a bound, so an online policy may beat it.
+
 Bélády (size-aware, the cache literature's Belady-Size): at turn t evict first the chunk
 whose next reference (≥ t) is farthest away times its size, i.e. the one holding the most
 token-turns of budget until it is next useful; never referenced again = infinitely far.
@@ -53,14 +59,58 @@ class Belady:
         scored = [Ranked(c, self.distance(c, ctx.turn) * c.tokens) for c in chunks
                   if c.klass is not ChunkClass.PERMANENT]
         scored.sort(key=lambda r: (-r.score, -r.chunk.tokens, r.chunk.index))
-        out: list[Ranked] = []
-        freed = 0
-        for r in scored:
-            if freed >= need:
-                break
-            out.append(r)
-            freed += r.chunk.tokens
-        return out
+        return _greedy(scored, need)
+
+
+def _greedy(scored: list[Ranked], need: int) -> list[Ranked]:
+    out: list[Ranked] = []
+    freed = 0
+    for r in scored:
+        if freed >= need:
+            break
+        out.append(r)
+        freed += r.chunk.tokens
+    return out
+
+
+class Informed:
+    """Online evictor that knows the workload's parameters, not the session's draws."""
+
+    name = "informed"
+
+    def __init__(self, session: Session) -> None:
+        p = self.p = session.params
+        self.session = session
+        lo, hi = p.chunks_per_turn
+        #: reference weight one turn of arrivals adds, in expectation
+        self.new_weight = sum(p.class_mix[k] * p.ref_weights[k] for k in p.class_mix) * (
+            lo + hi) / 2
+
+    def select(self, chunks: Sequence[Chunk], need: int, ctx: PolicyContext) -> list[Ranked]:
+        p, t, k = self.p, ctx.turn, self.p.topics
+        known = [c for c in self.session.chunks if c.turn < t]  # what references pick from
+        total = sum(p.ref_weights[c.klass] for c in known)
+        by_topic = [sum(p.ref_weights[c.klass] for c in known if c.topic == j) for j in range(k)]
+        current = self.session.topic_of_turn.get(t, -1)
+        scored = []
+        for c in chunks:
+            if c.klass is ChunkClass.PERMANENT:
+                continue
+            w, topic = p.ref_weights[c.klass], self.session.chunks[c.index].topic
+            boost = 1 + p.alpha * (1 + sum(1 for r in c.refs if r < t))
+            value = 0.0
+            for u in range(t, p.turns + 1) if w > 0 else ():
+                grown = (u - t) * self.new_weight
+                q = (1 - p.topic_focus if k else 1.0) * w / max(total + grown, w)
+                if k:  # P(turn u is on this chunk's topic): persist, else uniform
+                    same = (1 - p.topic_shift) ** (u - t)
+                    on = (same if topic == current else 0.0) + (1 - same) / k
+                    q += p.topic_focus * on * w / max(by_topic[topic] + grown / k, w)
+                relevance = p.r0 * math.exp(-p.decay[c.klass] * (u - c.turn)) * boost
+                value += min(1.0, p.refs_per_turn * q) * relevance
+            scored.append(Ranked(c, value / c.tokens))
+        scored.sort(key=lambda r: (r.score, r.chunk.index))
+        return _greedy(scored, need)
 
 
 @dataclass(frozen=True, slots=True)

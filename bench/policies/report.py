@@ -41,7 +41,7 @@ def _cells(row: dict[str, Any]) -> list[str]:
     ms = row["ms_per_turn"]
     return [row["policy"], f"{row['utility_pct_optimum']:.2f}",
             f"{row['utility_pct_belady']:.2f}", f"{row['reconstructions_per_turn']:.3f}",
-            "offline" if ms is None else f"{ms:.4f}"]
+            "—" if ms is None else f"{ms:.4f}"]
 
 
 def describe(exp: Experiment) -> str:
@@ -49,6 +49,7 @@ def describe(exp: Experiment) -> str:
     mix = "/".join(f"{100 * v:g}" for v in p.class_mix.values())
     topics = (f", {p.topics} topics (focus {p.topic_focus:g}, shift {p.topic_shift:g})"
               if p.topics else "")
+    topics += f", reference recency {p.ref_recency:g}/turn" if p.ref_recency else ""
     return (f"workload {p.name}: {exp.sessions} sessions × {p.turns} turns, seed {exp.seed}, "
             f"budget ratio {p.budget_ratio:g}, {p.chunks_per_turn[0]}–{p.chunks_per_turn[1]} "
             f"chunks/turn, class mix P/S/T/E {mix} %, Poisson({p.refs_per_turn:g}) "
@@ -85,9 +86,10 @@ def chart(curves: dict[str, list[float]], path: Path, title: str,
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
     for name, ys in sorted(curves.items()):
-        ref = name == "belady"
+        ref = name in ("belady", "informed")
         ax.plot([100 * r for r in ratios], ys, marker="o", markersize=3, label=name,
-                linestyle="--" if ref else "-", color="black" if ref else None,
+                linestyle=("--" if name == "belady" else ":") if ref else "-",
+                color="black" if ref else None,
                 linewidth=2.2 if name.startswith("rwoe") else 1.4)
     ax.set_xlabel("budget (% of the tokens generated in the session)")
     ax.set_ylabel("utility (% of the exact optimum)")
