@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("ctxwarden")
 TURN_CHUNK = "~turn"
+LINGER_S = 0.25
 
 
 def summary(rt: RouteRuntime, conv: Conversation, fit: Fit, recalled: list[Event], *,
@@ -87,6 +88,9 @@ class TurnLog:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="turn-log")
 
     async def _run(self) -> None:
+        # Linger so a busy agent loop commits a few times a second, not once per request:
+        # every LanceDB commit costs CPU the requests on the same two cores need.
+        await asyncio.sleep(LINGER_S)
         while self._queue:
             batch, self._queue = self._queue, []
             try:
