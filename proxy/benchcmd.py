@@ -48,6 +48,25 @@ def _ratio(text: str) -> float:
     return value
 
 
+def _variant(text: str) -> tuple[str, str, dict[str, Any]]:
+    """LABEL=POLICY:JSON, e.g. rwoe-f200=rwoe:{"recon_fixed": {"tool": 200}}."""
+    label, sep, rest = text.partition("=")
+    name, colon, params = rest.partition(":")
+    try:
+        parsed = json.loads(params) if colon else {}
+    except ValueError:
+        parsed = None
+    if not (sep and label and name) or not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(
+            f"expected LABEL=POLICY:JSON-object, e.g. 'rwoe-f200=rwoe:{{\"recon_fixed\": "
+            f"{{\"tool\": 200}}}}', got {text!r}")
+    return label, name, parsed
+
+
+VARIANT_HELP = ("also run a registered policy with parameters, as LABEL=POLICY:JSON "
+                "(e.g. 'rwoe-sw0=rwoe:{\"semantic_weight\": 0}'); repeatable")
+
+
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("bench", help="benchmark the eviction policies")
     sub = p.add_subparsers(dest="bench", required=True)
@@ -61,6 +80,7 @@ def add_parser(subparsers: Any) -> None:
     pol.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                      help="override a numeric workload parameter (bench/policies/workload.py), "
                           "e.g. --set ref_recency=0.5; repeatable")
+    pol.add_argument("--variant", type=_variant, action="append", default=[], help=VARIANT_HELP)
     pol.add_argument("--chart-sessions", type=_positive, default=None,
                      help="sessions per budget point of the chart (default: min(N, 100))")
     pol.add_argument("--out", type=Path, default=None,
@@ -75,8 +95,9 @@ def add_parser(subparsers: Any) -> None:
     rep.add_argument("--recall", choices=("off", "on", "both"), default="both")
     rep.add_argument("--recall-limit", type=int, default=20,
                      help="recall on replays the first K trajectories only (0 = all; it "
-                          "embeds every evicted chunk with MiniLM, ~0.15 s a request)")
+                          "embeds every evicted chunk with MiniLM, ~0.1 s a request)")
     rep.add_argument("--recall-policies", default="truncate,lru,lfu,rwoe")
+    rep.add_argument("--variant", type=_variant, action="append", default=[], help=VARIANT_HELP)
     rep.add_argument("--out", type=Path, default=None, help="write replay.json and replay.md")
     rep.set_defaults(func=run_replay)
 
@@ -93,7 +114,9 @@ def run_policies(args: argparse.Namespace) -> int:
         print(f"ctxwarden: --set {exc}", file=sys.stderr)
         return 2
     n = args.sessions or (500 if args.workload == "uniform" else 200)
-    pols = [*exp_mod.policy_names(), exp_mod.SIZE_AWARE]
+    pols = [*exp_mod.policy_names(), exp_mod.SIZE_AWARE, *args.variant]
+    if not _valid(args.variant):
+        return 2
     with report.progress_bar(n, f"{args.workload}") as bar:
         exp = exp_mod.run(params, n, args.seed, pols, bar)
     table = report.text_table(exp)
@@ -108,7 +131,7 @@ def run_policies(args: argparse.Namespace) -> int:
             curves = exp_mod.sweep(params, m, args.seed, policies=pols, bar=bar)
         report.chart(curves, out / "policies.png",
                      f"{params.name} workload, {m} sessions per point, seed {args.seed}")
-        print(f"wrote {out / 'policies.json'}, policies.md, policies.png", file=sys.stderr)
+        print(f"wrote {out}/policies.json, .md, .png, -curves.json", file=sys.stderr)
     return 0
 
 
@@ -126,17 +149,32 @@ def _setting(params: Any, item: str) -> tuple[str, int | float]:
         raise ValueError(f"{item!r}: {text!r} is not a {type(current).__name__}") from None
 
 
+def _valid(variants: list[tuple[str, str, dict[str, Any]]]) -> bool:
+    """Build each variant once so a typo fails before minutes of simulation, not after."""
+    from policies import get_policy
+
+    for label, name, kw in variants:
+        try:
+            get_policy(name, **kw)
+        except (ValueError, TypeError) as exc:  # UnknownPolicy, bad or unknown parameters
+            print(f"ctxwarden: --variant {label}: {exc}", file=sys.stderr)
+            return False
+    return True
+
+
 def run_replay(args: argparse.Namespace) -> int:
     exp_mod = _bench("bench.policies.experiment")
     replay = _bench("bench.policies.replay").replay
     table = _bench("bench.policies").replay_table
+    if not _valid(args.variant):
+        return 2
     try:
         trajs = json.loads(args.trajectories.read_text())[: args.limit]
     except (OSError, ValueError) as exc:
         print(f"ctxwarden: cannot read {args.trajectories}: {exc}", file=sys.stderr)
         return 2
-    pols = (args.policies.split(",") if args.policies
-            else ["none", *exp_mod.policy_names(), exp_mod.SIZE_AWARE])
+    pols = [*(args.policies.split(",") if args.policies
+              else ["none", *exp_mod.policy_names(), exp_mod.SIZE_AWARE]), *args.variant]
     rows = []
     if args.recall in ("off", "both"):
         rows += [r.as_dict() for r in replay(trajs, args.window, pols, False, True)]

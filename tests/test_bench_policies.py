@@ -165,6 +165,9 @@ def test_cli_writes_policies_json_markdown_and_chart(tmp_path: Path,
     assert rows[-1]["utility_pct_optimum"] == 100.0
     assert all(r["utility_pct_optimum"] <= 100.0 for r in rows)
     assert (out / "policies.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    curves = json.loads((out / "policies-curves.json").read_text())
+    assert curves["budget_ratio"] == [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+    assert all(len(ys) == 7 and max(ys) <= 100 for ys in curves["utility_pct_optimum"].values())
     assert "| rwoe |" in (out / "policies.md").read_text()
     printed = capsys.readouterr().out
     assert "5 sessions" in printed and "rwoe" in printed
@@ -177,6 +180,19 @@ def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert "must be in (0, 1], got 1.5" in capsys.readouterr().err
     assert main(["bench", "policies", "--set", "turns=x"]) == 2
     assert capsys.readouterr().err == "ctxwarden: --set 'turns=x': 'x' is not a int\n"
+    assert main(["bench", "policies", "--variant", 'x=rwoe:{"bogus": 1}']) == 2
+    assert "--variant x: RWOE.__init__() got an unexpected keyword argument 'bogus'" in (
+        capsys.readouterr().err)
+
+
+def test_cli_variant_runs_a_policy_with_parameters(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "policies", "--sessions", "4", "--workload", "adversarial",
+                 "--variant", 'rwoe-sw0=rwoe:{"semantic_weight": 0}']) == 0
+    rows = {ln.split()[0]: ln.split()[1:] for ln in capsys.readouterr().out.splitlines()[3:]}
+    # the same sessions without the similarity term: a different ranking, a different score
+    expected = run(ADVERSARIAL, 4, 0, [("rwoe-sw0", "rwoe", {"semantic_weight": 0})]).rows[0]
+    assert float(rows["rwoe-sw0"][0]) == expected["utility_pct_optimum"]
+    assert rows["rwoe-sw0"][0] != rows["rwoe"][0]
 
 
 def test_a_reply_reusing_an_evicted_id_is_a_reference_miss() -> None:

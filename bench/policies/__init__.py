@@ -45,7 +45,7 @@ def _paper_a(rows: list[dict[str, object]]) -> str:
             continue
         out.append(f"| {r['policy']} | {r['utility_pct_optimum']} | {r['utility_pct_belady']} "
                    f"| {p[0]} | {r['reconstructions_per_turn']} | {p[1]} | "
-                   f"{r['ms_per_turn'] or 'offline'} | {p[2] or 'offline'} |")
+                   f"{r['ms_per_turn'] or '—'} | {p[2] or '—'} |")
     return "\n".join(out) + "\n"
 
 

@@ -108,10 +108,12 @@ async def replay_policy(trajectories: list[dict[str, Any]], window: int, policy:
     r = route(window, name, recall, policy_params=params)
     with tempfile.TemporaryDirectory(prefix="ctxwarden-replay-") as tmp:
         store = _store(Path(tmp)) if recall else MemoryStore()
+        pipeline = Pipeline(Settings(routes=[r]), store)
         try:
-            return await _run(trajectories, r, Pipeline(Settings(routes=[r]), store), store,
+            return await _run(trajectories, r, pipeline, store,
                               ReplayRow(label, recall, window, len(trajectories)), on_request)
         finally:
+            await pipeline.turns.close()  # the inspector's turn summaries, written lazily
             await store.close()
 
 

@@ -78,7 +78,8 @@ def write_json(exp: Experiment, path: Path) -> None:
 
 def chart(curves: dict[str, list[float]], path: Path, title: str,
           ratios: tuple[float, ...] = RATIOS) -> None:
-    """Utility (% of the exact optimum) against the budget ratio, one line per policy."""
+    """Utility (% of the exact optimum) against the budget ratio, one line per policy; the
+    numbers go beside it as <name>-curves.json."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -99,4 +100,6 @@ def chart(curves: dict[str, list[float]], path: Path, title: str,
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, metadata={"Software": None})
+    data = {"title": title, "budget_ratio": list(ratios), "utility_pct_optimum": curves}
+    path.with_name(f"{path.stem}-curves.json").write_text(json.dumps(data, indent=1) + "\n")
     plt.close(fig)
