@@ -5,9 +5,10 @@
     GET /admin/sessions              → {"sessions": [{session, events, evicted, recalled,
                                                       evicted_tokens, last_turn, last_time}]}
 
-Why a separate module: the admin surface gets its own key and tenant rules in a later
-issue; everything it needs to change is `tenant_of` below and the routes it registers.
-Responses never carry the tenant id of anyone but the caller, nor any key.
+Who may call: `proxy.auth` lets a request reach these routes only with an admin key
+(`auth.admin_keys`; open in mode `none` when none is configured). An admin reads the
+tenant named by `X-Tenant-ID` (a tenant id is the hash `proxy.auth.tenant_for_key` gives,
+and every request log line carries it), else "default". Responses never carry a key.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ TENANT_HEADER = "X-Tenant-ID"
 
 def tenant_of(request: web.Request) -> str:
     """The tenant whose data an admin call reads: the `X-Tenant-ID` header, else the
-    caller's tenant as the edge sees it ("default" until proxy keys exist)."""
+    caller's tenant as the edge sees it ("default"). Only admins get here (proxy.auth)."""
     return request.headers.get(TENANT_HEADER) or auth.tenant_of(request)
 
 

@@ -8,6 +8,7 @@ import structlog
 from aiohttp import web
 
 from proxy import handlers
+from proxy.auth import setup_auth
 from proxy.config import Settings
 from proxy.errors import ProxyError, RouteNotFound
 from proxy.keys import PIPELINE, SETTINGS, STORE, UPSTREAM
@@ -64,6 +65,7 @@ def init_app(settings: Settings, store: Store | None = None,
     app = web.Application(client_max_size=int(settings.server.max_body_mb * 1024 * 1024),
                           middlewares=[error_boundary])
     app[SETTINGS] = settings
+    setup_auth(app, settings.auth)  # keys and tenants; /admin/* and /ui* need an admin key
     app[STORE] = store if store is not None else make_store(settings)
     app[PIPELINE] = Pipeline(settings, app[STORE])
 

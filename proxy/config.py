@@ -8,12 +8,21 @@ Unknown keys and bad values stop start-up with a `ConfigError` naming the key.
 from __future__ import annotations
 
 import fnmatch
+import json
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     YamlConfigSettingsSource,
@@ -54,6 +63,33 @@ class UpstreamSettings(_Strict):
     # auto: OpenAI-wire providers go straight over aiohttp, the rest through litellm.acompletion
     transport: Literal["auto", "direct", "litellm"] = "auto"
     extra_headers: dict[str, str] = Field(default_factory=dict)
+
+
+class AuthSettings(_Strict):
+    """Who may call (proxy/auth.py). `none` keeps the shipped demo keyless.
+
+    proxy_keys: clients send one of `keys` (Bearer); the upstream key is the route's.
+    passthrough: the client's Bearer key is sent upstream as is; its hash is the tenant.
+    `*_env` name an environment variable holding comma-separated keys (added to the list).
+    Admin keys guard /admin/* and /ui; with none configured the admin API is open in mode
+    `none` and closed otherwise.
+    """
+
+    mode: Literal["none", "proxy_keys", "passthrough"] = "none"
+    keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    keys_env: str | None = None
+    admin_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    admin_keys_env: str | None = None
+
+    @field_validator("keys", "admin_keys", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        """CTXWARDEN_AUTH__KEYS may be a JSON list or plain comma-separated keys."""
+        if not isinstance(value, str):
+            return value
+        if value.lstrip().startswith("["):
+            return json.loads(value)
+        return [k.strip() for k in value.split(",") if k.strip()]
 
 
 class ClassRule(_Strict):
@@ -107,6 +143,7 @@ class Settings(BaseSettings):
 
     server: ServerSettings = Field(default_factory=ServerSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
     routes: list[RouteSettings] = Field(default_factory=list)
 
     @field_validator("routes")
@@ -160,7 +197,8 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
         lines = [f"{_key(e['loc'])}: {e['msg']}" for e in exc.errors()]
         raise ConfigError(where + "invalid config\n  " + "\n  ".join(lines)) from None
     except Exception as exc:  # malformed YAML and the like
-        raise ConfigError(f"{yaml_path}: cannot read config: {exc}") from None
+        where = f"{yaml_path}: " if yaml_path else ""
+        raise ConfigError(f"{where}cannot read config: {exc}") from None
     finally:
         Settings._yaml_file = None
     _check_policies(settings)

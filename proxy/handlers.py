@@ -11,7 +11,7 @@ import structlog
 from aiohttp import web
 
 from proxy import metrics
-from proxy.auth import tenant_of
+from proxy.auth import tenant_of, upstream_key_of
 from proxy.errors import InvalidRequest, PayloadTooLarge, RouteNotFound
 from proxy.keys import PIPELINE, SETTINGS, STORE, UPSTREAM
 from proxy.pipeline import Prepared
@@ -75,14 +75,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     }
     metrics.observe(request, prepared, fields["overhead_ms"])
     if not body.get("stream"):
-        reply = await upstream.complete(route, prepared.body)
+        reply = await upstream.complete(route, prepared.body, upstream_key_of(request))
         if reply.usage:
             fields["usage_prompt"] = reply.usage.get("prompt_tokens")
             fields["usage_completion"] = reply.usage.get("completion_tokens")
         log.info("request", status=reply.status, latency_ms=_ms(started), **fields)
         return web.Response(body=reply.body, status=reply.status, headers=_headers(prepared),
                             content_type="application/json")
-    stream = await upstream.open_stream(route, prepared.body)
+    stream = await upstream.open_stream(route, prepared.body, upstream_key_of(request))
     resp = web.StreamResponse(headers={**_headers(prepared), "Cache-Control": "no-cache",
                                        "Content-Type": "text/event-stream"})
     outcome = "complete"

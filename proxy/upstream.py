@@ -17,6 +17,7 @@ here), which a request that is already OpenAI's does not need. Errors from both 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -73,32 +74,44 @@ class Upstream:
         if self._owns_session and self._session is not None and not self._session.closed:
             await self._session.close()
 
-    async def complete(self, route: RouteSettings, body: dict[str, Any]) -> UpstreamReply:
-        """A non-streamed chat completion; raises a ProxyError on any upstream failure."""
-        target = self.target(route)
+    async def complete(self, route: RouteSettings, body: dict[str, Any],
+                       api_key: str | None = None) -> UpstreamReply:
+        """A non-streamed chat completion; raises a ProxyError on any upstream failure.
+        `api_key` (auth passthrough) replaces the route's key for this call."""
+        target = self.target(route, api_key)
         if target.transport == "direct":
             return await upstream_direct.complete(self._client(), target, body)
         return await upstream_litellm.complete(target, body)
 
-    async def open_stream(self, route: RouteSettings,
-                          body: dict[str, Any]) -> AsyncIterator[bytes]:
+    async def open_stream(self, route: RouteSettings, body: dict[str, Any],
+                          api_key: str | None = None) -> AsyncIterator[bytes]:
         """SSE bytes; an error status raises here, before anything is sent to the client.
 
         The iterator's `aclose()` closes the upstream response at once (the client left).
         """
-        target = self.target(route)
+        target = self.target(route, api_key)
         if target.transport == "direct":
             return await upstream_direct.open_stream(self._client(), target, body)
         return await upstream_litellm.open_stream(target, body)
 
-    def target(self, route: RouteSettings) -> Target:
-        """The route resolved to a provider, URL, key and transport (cached per route)."""
+    def target(self, route: RouteSettings, api_key: str | None = None) -> Target:
+        """The route resolved to a provider, URL, key and transport (cached per route);
+        with `api_key`, the same target carrying that key instead (never cached)."""
         hit = self._targets.get(id(route))
         if hit is not None and hit[0] is route:
-            return hit[1]
-        target = resolve(route)
-        self._targets[id(route)] = (route, target)
-        return target
+            target = hit[1]
+        else:
+            target = resolve(route)
+            self._targets[id(route)] = (route, target)
+        return target if api_key is None else with_key(target, api_key)
+
+
+def with_key(target: Target, key: str) -> Target:
+    """`target` sending `key` upstream; errors scrub it like the route's own key."""
+    headers = target.headers
+    if target.transport == "direct":
+        headers = {**headers, "Authorization": f"Bearer {key}"}
+    return dataclasses.replace(target, api_key=key, headers=headers)
 
 
 def resolve(route: RouteSettings) -> Target:
