@@ -67,9 +67,11 @@ def validate_messages(messages: list[Any]) -> None:
         if content is not None and not isinstance(content, (str, list)):
             raise _bad(f"Invalid type for '{where}.content': expected one of a string or array "
                        "of objects.", f"{where}.content", "invalid_type")
-        if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
-            raise _bad(f"Invalid type for '{where}.content': array items must be objects.",
-                       f"{where}.content", "invalid_type")
+        if isinstance(content, list):
+            _parts(content, where)
+        if role != "assistant" and m.get("tool_calls"):  # chunking reads them as calls
+            raise _bad(f"Invalid parameter: '{where}.tool_calls' is only allowed on messages "
+                       "with role 'assistant'.", f"{where}.tool_calls")
         if role == "tool":
             tcid = m.get("tool_call_id")
             if not isinstance(tcid, str) or tcid not in pending:
@@ -102,6 +104,20 @@ def validate_messages(messages: list[Any]) -> None:
             pending_at = i
     if pending:
         raise _unanswered(pending, pending_at)
+
+
+def _parts(content: list[Any], where: str) -> None:
+    for k, part in enumerate(content):
+        pw = f"{where}.content[{k}]"
+        if not isinstance(part, dict):
+            raise _bad(f"Invalid type for '{where}.content': array items must be objects.",
+                       f"{where}.content", "invalid_type")
+        if not isinstance(part.get("type"), str):
+            raise _bad(f"Missing required parameter: '{pw}.type'.", f"{pw}.type",
+                       "missing_required_parameter")
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
+            raise _bad(f"Invalid type for '{pw}.text': expected a string.", f"{pw}.text",
+                       "invalid_type")
 
 
 def _unanswered(pending: dict[str, int], at: int) -> InvalidRequest:
