@@ -27,6 +27,7 @@ import structlog
 from proxy.errors import StoreUnavailable
 from store import schema as S
 from store.base import Event, EvictedChunk, Passage, RecallQuery, latest_evicted, summarise
+from store.commits import GroupCommit
 from store.embed import Embedder
 from store.search import fill, id_matches, id_terms, nearest
 from store.worker import EmbedWorker, Row, compact, ensure_indexes, unembedded, warm_up
@@ -60,6 +61,7 @@ class LanceStore:
         self._passages_lock = asyncio.Lock()
         self._dim: int | None = None  # the stored vectors' size, once the table exists
         self._warm: asyncio.Task[None] | None = None
+        self._group = GroupCommit(self._commit)
         self.worker = EmbedWorker(self._embed_chunks, self._unembedded, max_pending=max_pending)
 
     # -- opening ---------------------------------------------------------------------------
@@ -111,6 +113,9 @@ class LanceStore:
         return tbl
 
     async def _merge(self, name: str, rows: list[dict[str, Any]], sch: pa.Schema) -> None:
+        await self._group.merge(name, rows, sch)  # concurrent writes share one commit
+
+    async def _commit(self, name: str, rows: list[dict[str, Any]], sch: pa.Schema) -> None:
         tbl = self._tables[name]
         data = pa.Table.from_pylist(rows, schema=sch)
         await tbl.merge_insert("id").when_not_matched_insert_all().execute(data)
