@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install serve test lint typecheck bench clean browser demo
+.PHONY: install serve test lint typecheck bench bench-load clean browser demo
 
 install: $(VENV)/.installed
 
@@ -49,6 +49,11 @@ lint: install
 
 bench: install
 	$(BIN)/python -m bench.run --out docs/benchmarks.md
+
+# 200 concurrent sessions x 20 turns through ctxwarden, direct and via plain LiteLLM, at two
+# upstream latencies (about 6 minutes on 2 cores); rewrites its section of docs/reliability.md.
+bench-load: install
+	$(BIN)/python -m bench.load --update docs/reliability.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
