@@ -24,6 +24,7 @@ import asyncio
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -121,6 +122,7 @@ async def measure(args: argparse.Namespace, latency_ms: int) -> dict[str, Any]:
             if p.poll() is None:
                 p.terminate()
                 p.wait(60)
+        shutil.rmtree(tmp, ignore_errors=True)  # ~50 MB of LanceDB per run
     return out
 
 
