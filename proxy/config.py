@@ -115,6 +115,8 @@ class RecallSettings(_Strict):
     min_similarity: float = Field(0.30, ge=-1, le=1)
     top_k: int = Field(8, ge=1)
     cross_session: bool = False
+    # Recall is an extra, never a reason to be slow: past this the request goes without it.
+    timeout_ms: int = Field(1000, ge=1)
 
 
 class RouteSettings(_Strict):
