@@ -18,7 +18,7 @@ from proxy.chunking import Chunker, Conversation
 from proxy.config import ConfigError, RouteSettings, Settings
 from proxy.errors import ContextLengthExceeded
 from proxy.fitting import Fit, Fitter
-from proxy.recall import Recaller, query_text
+from proxy.recall import Recaller
 from proxy.session import Sessions, SessionState
 from proxy.tokens import TokenCounter, encoding_for
 from proxy.turnlog import TurnLog, summary
@@ -134,7 +134,7 @@ class Pipeline:
             rt, conv, fit, recall.events, tenant=tenant, session=session, budget=budget,
             recall_budget=recall_budget, tools=tools_tokens, tokens_in=tokens_in,
             tokens_out=tokens_out, recall_tokens=recall.tokens,
-            query=query_text(conv) if recall.events else ""))
+            query=recall.query))
         return Prepared(
             body=forwarded, route=rt.route, tenant=tenant, session=session, turn=conv.turn,
             tokens_in=tokens_in, tokens_out=tokens_out,

@@ -32,6 +32,7 @@ class RecallResult:
     messages: list[dict[str, Any]]
     tokens: int = 0
     events: list[Event] = field(default_factory=list)
+    query: str = ""  # what found them (the inspector shows it)
 
 
 def query_text(conv: Conversation) -> str:
@@ -110,4 +111,4 @@ class Recaller:
                         round(p.similarity, 6), "recall", "similar to the current step",
                         rt.route.policy, preview=" ".join(p.text.split())[:100])
                   for p in passages]
-        return RecallResult(messages, tokens, events)
+        return RecallResult(messages, tokens, events, text)
