@@ -33,7 +33,7 @@ from proxy.upstream import Upstream
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = {3: 0, 50: 35_000, 1000: 870_000}  # messages -> target JSON bytes (0: short chat)
 _SERVER = ("import asyncio, sys\n"
-           "from tests.upstream_server import UpstreamServer\n"
+           "from tests.support.openai_server import UpstreamServer\n"
            "async def main():\n"
            "    await UpstreamServer(context_window=None, record=False).start(int(sys.argv[1]))\n"
            "    print('ready', flush=True)\n"

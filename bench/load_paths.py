@@ -22,7 +22,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from tests.upstream_server import Reply, UpstreamServer
+from tests.support.openai_server import Reply, UpstreamServer
 
 _STARTED: ContextVar[float] = ContextVar("started")
 _SVC = re.compile(r"-svc(\d+)$")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from tests.upstream_server import UpstreamServer
+from tests.support.openai_server import UpstreamServer
 
 
 async def main(port: int) -> None:

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import proxy  # noqa: F401  (must run before litellm or tiktoken is imported)
-from tests.upstream_server import UpstreamServer
+from tests.support.openai_server import UpstreamServer
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from proxy.config import load_settings
 from proxy.democmd import drive
 from store.base import MemoryStore
 from tests.test_proxy import long_session, settings_for
-from tests.upstream_server import UpstreamServer
+from tests.support.openai_server import UpstreamServer
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ from proxy.app import init_app
 from proxy.config import Settings
 from store.base import MemoryStore
 from tests.helpers import assistant, call, filler, tool, user
-from tests.upstream_server import UpstreamServer
+from tests.support.openai_server import UpstreamServer
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 

@@ -18,7 +18,7 @@ from proxy.config import Settings
 from proxy.keys import STORE
 from store.lance import LanceStore
 from tests.helpers import assistant, call, tool, user
-from tests.upstream_server import UpstreamServer
+from tests.support.openai_server import UpstreamServer
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 NEEDLE_ID = "ZFA04Y"

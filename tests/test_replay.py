@@ -17,7 +17,7 @@ from proxy.app import init_app
 from proxy.config import Settings
 from store.base import MemoryStore
 from tests.helpers import tau_trajectories
-from tests.upstream_server import UpstreamServer
+from tests.support.openai_server import UpstreamServer
 
 WINDOW, MAX_OUT = 3000, 256
 

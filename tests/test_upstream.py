@@ -25,7 +25,7 @@ from proxy.errors import (
 )
 from proxy.upstream import Upstream, map_upstream_error, resolve
 from tests.helpers import assistant, call, tool, user
-from tests.upstream_server import UpstreamServer
+from tests.support.openai_server import UpstreamServer
 
 KEY = "sk-proj-SECRETSECRET0123456789"
 TOOLS: list[dict[str, Any]] = [{"type": "function", "function": {
