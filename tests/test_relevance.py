@@ -1,0 +1,80 @@
+"""The per-session lexical index: terms, BM25 order, strength, incremental adds."""
+
+from __future__ import annotations
+
+import pytest
+
+from store.relevance import RelevanceIndex, passages, stem, terms
+
+FACT = ("Infra notes: the staging database runs on host pg-stg-7741.internal behind the "
+        "bastion; backups at 02:00 UTC.")
+NOISE = [
+    "src/api/handlers.py: def create_user(request): validate(request.json); return 201",
+    "GET /v2/orders?page=3 -> 200 OK, 50 orders, next cursor c_9921",
+    "pytest: 143 passed, 2 skipped in 12.04s",
+    "The marketing page lists three pricing tiers: starter, team and enterprise.",
+    "Deploy log: building image web:4.2.1, pushing to registry, rollout 3/3 ready",
+]
+
+
+def index_with(*texts: str) -> RelevanceIndex:
+    idx = RelevanceIndex()
+    for i, t in enumerate(texts):
+        idx.add(f"c{i}", t)
+    return idx
+
+
+def test_identifiers_count_whole_and_in_pieces() -> None:
+    ts = terms("host pg-stg-7741.internal failed in rotateKeys()")
+    assert "pg-stg-7741.internal" in ts
+    assert {"pg", "stg", "7741", "internal", "rotat", "keys", "fail", "host"} <= set(ts)
+
+
+def test_stop_words_drop_and_stems_meet() -> None:
+    assert terms("Which of the machines is it?") == ["machin"]
+    assert stem("databases") == stem("database")
+    assert stem("rotation") == stem("rotate")
+    assert stem("class") == "class"
+
+
+def test_plain_words_find_the_fact_first() -> None:
+    idx = index_with(*NOISE, FACT)
+    hits = idx.search("Which machine hosts the staging database again?")
+    assert hits[0].chunk_id == "c5"
+    assert 0 < hits[0].strength <= 1
+    scores = idx.chunk_scores(hits)
+    assert scores["c5"] == 1.0
+    assert all(s < 1.0 for cid, s in scores.items() if cid != "c5")
+
+
+def test_a_question_about_nothing_indexed_matches_nothing() -> None:
+    idx = index_with(*NOISE, FACT)
+    assert idx.search("What is the capital of Mongolia?") == []
+    assert idx.chunk_scores([]) == {}
+
+
+def test_adds_are_once_per_chunk_and_change_idf() -> None:
+    idx = index_with(FACT)
+    assert idx.add("c0", "other text") is False
+    assert idx.text("c0") == FACT
+    before = idx.idf("staging".rstrip("ing"))
+    idx.add("c1", "staging staging staging")
+    assert idx.idf("stag") < before or before == idx.idf("stag")  # df grew or was new
+    assert len(idx) == 2
+
+
+@pytest.mark.parametrize("size", [50, 200])
+def test_passages_cover_the_text_and_respect_size(size: int) -> None:
+    text = "\n".join(f"line {i}: " + "x" * 30 for i in range(40)) + "\n" + "y" * 500
+    pieces = passages(text, size)
+    assert "".join(pieces).replace("\n", "") == text.replace("\n", "")
+    assert all(len(p) <= size for p in pieces)
+
+
+def test_a_long_query_is_not_diluted() -> None:
+    """strength divides by the query's 8 most specific terms, not all of them."""
+    idx = index_with(*NOISE, FACT)
+    short = idx.search("staging database host")[0].strength
+    long_q = "staging database host " + " ".join(NOISE)
+    hit = next(h for h in idx.search(long_q) if h.chunk_id == "c5")
+    assert hit.strength > 0.3 * short
