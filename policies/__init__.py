@@ -51,7 +51,7 @@ def get_policy(name: str, **params: Any) -> Policy:
 
 def _load_builtins() -> None:
     # Imported lazily so `policies.base` stays importable on its own.
-    from policies import decay, hybrid, lfu, lru, none, rwoe, truncate  # noqa: F401
+    from policies import decay, hybrid, lfu, lru, mask, none, rwoe, truncate  # noqa: F401
 
 
 __all__ = [

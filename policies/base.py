@@ -77,6 +77,11 @@ class Policy:
     def priority(self, chunk: Chunk, ctx: PolicyContext) -> float:
         raise NotImplementedError
 
+    def forced(self, chunks: Sequence[Chunk], ctx: PolicyContext) -> list[Ranked]:
+        """Chunks this policy evicts whether or not the request is over budget (observation
+        masking does; budget-driven policies return nothing)."""
+        return []
+
     def rank(self, chunks: Sequence[Chunk], ctx: PolicyContext) -> list[Ranked]:
         """Evictable chunks (never PERMANENT), best eviction candidate first."""
         scored = [

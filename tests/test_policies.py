@@ -18,7 +18,7 @@ from policies.rwoe import normals
 
 P, S, T, E = (ChunkClass.PERMANENT, ChunkClass.STRUCTURAL, ChunkClass.TRANSIENT,
               ChunkClass.EPHEMERAL)
-NAMES = ["decay", "hybrid", "lfu", "lru", "none", "rwoe", "rwoe-r", "truncate"]
+NAMES = ["decay", "hybrid", "lfu", "lru", "mask", "none", "rwoe", "rwoe-r", "truncate"]
 HOUR, DAY = 3600, 86400
 
 
