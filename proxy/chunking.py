@@ -30,6 +30,7 @@ class Part:
     role: str
     tool_name: str | None = None
     group: int | None = None  # index of the assistant message heading its tool group
+    cut_tokens: int | None = None  # what it costs after a head-and-tail cut (fitting.py)
 
 
 @dataclass(slots=True)

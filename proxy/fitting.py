@@ -5,7 +5,12 @@ Token accounting is exact for what will be sent:
 - an assistant `tool_calls` message is dropped only with all its results (the group goes);
 - any other evicted message is dropped.
 Eviction starts only when the request is over budget and then frees down to the low
-watermark, so the next turns append without evicting and the prompt prefix stays put.
+watermark, so the next turns append without evicting and the prompt prefix stays put. A
+policy may also force evictions whatever the budget (`Policy.forced`: observation masking).
+
+When even everything evictable gone leaves the request over budget, the tail's oversized
+tool results are cut head-and-tail (`cut`): the middle is replaced by one marked line
+(`CUT_MARKER`) naming the chunk, whose full text is offloaded and recallable.
 """
 
 from __future__ import annotations
@@ -31,10 +36,22 @@ class Fit:
     new: list[Decision] = field(default_factory=list)
     tokens: int = 0  # what the fitted messages cost
     permanent_tokens: int = 0
+    cuts: dict[str, str] = field(default_factory=dict)  # chunk id -> head-and-tail text
+    cut_parts: list[Part] = field(default_factory=list)
+
+
+CUT_MARKER = ("[ctxwarden: {cut} tokens cut from the middle of this {what} to fit the "
+              "context window; the full text is stored as chunk {id} and its relevant "
+              "passages are recalled automatically]")
+MIN_KEEP = 64  # tokens of head + tail worth keeping; below that a cut does not help
+
+
+def _what(part: Part) -> str:
+    return f"{part.tool_name} output" if part.tool_name else "tool output"
 
 
 def stub_text(part: Part) -> str:
-    what = f"{part.tool_name} output" if part.tool_name else "tool output"
+    what = _what(part)
     return (f"[ctxwarden: {part.chunk.tokens} tokens of {what} offloaded as chunk "
             f"{part.chunk.id}; relevant passages are recalled automatically]")
 
@@ -70,9 +87,15 @@ class Fitter:
         fit = Fit(evicted=evicted)
         fit.permanent_tokens = REPLY_PRIMING + sum(
             p.chunk.tokens for p in parts if p.chunk.klass is ChunkClass.PERMANENT)
+        by_id = {p.chunk.id: p for p in parts}
         total = self.cost(conv, evicted)
+        forced = policy.forced([p.chunk for p in parts if p.chunk.id not in evicted], ctx)
+        for r in forced:
+            part = by_id[r.chunk.id]
+            if part.group is not None and part.role == "tool" and (
+                    part.chunk.tokens > self.stub_cost(part)):
+                total = self._evict(conv, part, r, policy, fit, total)
         if total > budget:
-            by_id = {p.chunk.id: p for p in parts}
             candidates = [p.chunk for p in parts if p.chunk.id not in evicted]
             ranking = policy.rank(candidates, ctx)
             deferred: list[Ranked] = []
@@ -98,6 +121,34 @@ class Fitter:
                     total = self._evict(conv, head, r, policy, fit, total)
         fit.tokens = total
         return fit
+
+    def cut(self, conv: Conversation, fit: Fit, budget: int) -> None:
+        """Cut the tail's tool results, largest first, head-and-tail until the fit is within
+        `budget` (or nothing more can be cut). Deterministic: the same request, same cut."""
+        tails = sorted((p for p in conv.parts if p.role == "tool"
+                        and p.chunk.klass is ChunkClass.PERMANENT
+                        and p.chunk.id not in fit.evicted and isinstance(p.info.text, str)),
+                       key=lambda p: (-p.info.content_tokens, p.chunk.index))
+        for p in tails:
+            over = fit.tokens - budget
+            if over <= 0:
+                return
+            ids = self.counter.encoding.encode_ordinary(p.info.text)
+            marker = CUT_MARKER.format(cut=len(ids), what=_what(p), id=p.chunk.id)
+            keep = len(ids) - over - self.counter.text(marker) - 4
+            keep = max(keep, MIN_KEEP)
+            if keep >= len(ids):
+                continue
+            head = self.counter.encoding.decode(ids[: keep * 2 // 3])
+            tail = self.counter.encoding.decode(ids[len(ids) - (keep - keep * 2 // 3):])
+            marker = CUT_MARKER.format(cut=len(ids) - keep, what=_what(p), id=p.chunk.id)
+            text = f"{head}\n{marker}\n{tail}"
+            framing = p.info.tokens - p.info.content_tokens
+            before = self.part_cost(conv, p, fit.evicted)
+            p.cut_tokens = framing + self.counter.text(text)
+            fit.tokens += p.cut_tokens - before
+            fit.cuts[p.chunk.id] = text
+            fit.cut_parts.append(p)
 
     def _evict(self, conv: Conversation, part: Part, r: Ranked, policy: Policy, fit: Fit,
                total: int) -> int:
@@ -136,7 +187,7 @@ class Fitter:
                 head = conv.parts[p.group].chunk.id
                 if head in evicted and self._dropped(conv, p.group, evicted):
                     return 0
-            return p.chunk.tokens
+            return p.chunk.tokens if p.cut_tokens is None else p.cut_tokens
         if p.group is None:
             return 0
         if p.role == "assistant":
@@ -150,7 +201,8 @@ class Fitter:
         return all(conv.parts[j].chunk.id in evicted for j in conv.groups.get(head, ()))
 
     def assemble(self, conv: Conversation, messages: list[dict[str, Any]],
-                 evicted: set[str]) -> list[dict[str, Any]]:
+                 evicted: set[str], cuts: dict[str, str] | None = None,
+                 ) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for p, msg in zip(conv.parts, messages, strict=True):
             cost = self.part_cost(conv, p, evicted)
@@ -158,6 +210,8 @@ class Fitter:
                 continue
             if p.chunk.id in evicted and p.role == "tool":
                 out.append({**msg, "content": stub_text(p)})
+            elif cuts and p.chunk.id in cuts:
+                out.append({**msg, "content": cuts[p.chunk.id]})
             else:
                 out.append(msg)
         return out

@@ -114,3 +114,46 @@ def test_every_tau_bench_prefix_fits_and_stays_valid() -> None:
             validate_messages(out)
             assert fit.tokens == cost(out)
             assert fit.tokens <= 1_600 or fit.tokens == fit.permanent_tokens
+
+
+def test_mask_stubs_old_tool_outputs_even_under_budget() -> None:
+    from policies import get_policy
+
+    msgs = session(6)
+    conv = Chunker(MessageAnalyzer(COUNTER), ClassificationSettings()).split(msgs)
+    fitter = Fitter(COUNTER)
+    fit = fitter.fit(conv, set(), 100_000, 85_000, get_policy("mask", keep=2),
+                     PolicyContext(turn=conv.turn))
+    out = fitter.assemble(conv, msgs, fit.evicted)
+    validate_messages(out)
+    tools = [m for m in out if m["role"] == "tool"]
+    masked = [m for m in tools if m["content"].startswith("[ctxwarden:")]
+    assert len(tools) == 6 and len(masked) == 4  # all but the newest two
+    assert all(d.reason.startswith("observation masked") for d in fit.new)
+    assert fit.tokens == cost(out)
+
+
+def test_an_oversized_current_tool_result_is_cut_head_and_tail() -> None:
+    from proxy.fitting import CUT_MARKER
+
+    big = "HEAD-MARK " + filler(3000, "mid") + " TAIL-MARK"
+    msgs = [{"role": "system", "content": "sys"}, user("the goal"),
+            assistant(None, call("c1", "read_log")), tool("c1", big)]
+    conv = Chunker(MessageAnalyzer(COUNTER), ClassificationSettings()).split(msgs)
+    fitter = Fitter(COUNTER)
+    fit = fitter.fit(conv, set(), 1_000, 850, Oldest(), PolicyContext(turn=conv.turn))
+    assert fit.tokens > 1_000  # the tail alone is over: nothing evictable helps
+    fitter.cut(conv, fit, 1_000)
+    out = fitter.assemble(conv, msgs, fit.evicted, fit.cuts)
+    validate_messages(out)
+    assert fit.tokens == cost(out) <= 1_000
+    text = out[-1]["content"]
+    assert text.startswith("HEAD-MARK") and text.endswith("TAIL-MARK")
+    cid = conv.parts[-1].chunk.id
+    marker_head = CUT_MARKER.split("{cut}")[0]
+    assert marker_head in text and f"chunk {cid}" in text
+    # the same request cuts the same way (the prefix cache sees the same bytes)
+    conv2 = Chunker(MessageAnalyzer(COUNTER), ClassificationSettings()).split(msgs)
+    fit2 = fitter.fit(conv2, set(), 1_000, 850, Oldest(), PolicyContext(turn=conv2.turn))
+    fitter.cut(conv2, fit2, 1_000)
+    assert fit2.cuts == fit.cuts
