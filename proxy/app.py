@@ -66,11 +66,17 @@ def init_app(settings: Settings, store: Store | None = None,
                           middlewares=[error_boundary])
     app[SETTINGS] = settings
     setup_auth(app, settings.auth)  # keys and tenants; /admin/* and /ui* need an admin key
+    # Every route's upstream is resolved now: a misconfigured one raises ConfigError here,
+    # naming the route, and the server does not start (rather than 502 its first request).
+    if upstream is None:
+        app[UPSTREAM] = Upstream(settings.routes)
+    else:
+        upstream.add_routes(settings.routes)
+        app[UPSTREAM] = upstream
     app[STORE] = store if store is not None else make_store(settings)
     app[PIPELINE] = Pipeline(settings, app[STORE])
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
-        app[UPSTREAM] = upstream if upstream is not None else Upstream()
         yield
         if upstream is None:
             await app[UPSTREAM].close()

@@ -11,7 +11,7 @@ import orjson
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from proxy.config import RouteSettings
+from proxy.config import ConfigError, RouteSettings
 from proxy.errors import (
     AuthenticationFailed,
     ContextLengthExceeded,
@@ -235,9 +235,9 @@ def test_transport_choice_per_provider() -> None:
     assert resolve(route(base, "litellm")).transport == "litellm"
     target = resolve(route(base))
     assert target.url == base + "/chat/completions" and KEY not in repr(target)
-    with pytest.raises(UpstreamError, match="transport 'litellm'"):
+    with pytest.raises(ConfigError, match="transport 'litellm'"):
         resolve(route(base, "direct", model="anthropic/claude-3-5-sonnet-latest"))
-    with pytest.raises(UpstreamError, match="NOT_SET_ANYWHERE"):
+    with pytest.raises(ConfigError, match="NOT_SET_ANYWHERE"):
         resolve(route(base, api_key=None, api_key_env="NOT_SET_ANYWHERE"))
 
 

@@ -9,17 +9,34 @@ reply is relayed as bytes: cut at event boundaries (`\\n\\n`), never re-parsed.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import aiohttp
 import orjson
 
 from proxy.errors import ProxyError, UpstreamError
-from proxy.upstream_base import ClosingStream, Target, UpstreamReply, sse_error
-from proxy.upstream_errors import map_upstream_error
+from proxy.upstream.errors import map_upstream_error
+from proxy.upstream.transport import ClosingStream, Target, UpstreamReply, sse_error
 
 _DONE = b"data: [DONE]\n\n"
+
+
+class DirectTransport:
+    """The `Transport` for OpenAI-wire providers, over one pooled aiohttp session.
+
+    `session` is called per request: the owner creates the session on first use, inside
+    the running loop (aiohttp binds a session to it).
+    """
+
+    def __init__(self, session: Callable[[], aiohttp.ClientSession]) -> None:
+        self._session = session
+
+    async def complete(self, target: Target, body: dict[str, Any]) -> UpstreamReply:
+        return await complete(self._session(), target, body)
+
+    async def open_stream(self, target: Target, body: dict[str, Any]) -> ClosingStream:
+        return await open_stream(self._session(), target, body)
 
 
 def _payload(target: Target, body: dict[str, Any], stream: bool) -> bytes:

@@ -17,8 +17,8 @@ import orjson
 from litellm.types.utils import all_litellm_params
 
 from proxy.errors import ProxyError
-from proxy.upstream_base import ClosingStream, Target, UpstreamReply, sse_error
-from proxy.upstream_errors import map_upstream_error
+from proxy.upstream.errors import map_upstream_error
+from proxy.upstream.transport import ClosingStream, Target, UpstreamReply, sse_error
 
 litellm.suppress_debug_info = True  # no "Provider List: …" banners on stdout per error
 # Pydantic builds LiteLLM's response schemas on first use and warns there about a ReadOnly
@@ -36,6 +36,16 @@ _CONTROL = (frozenset(all_litellm_params) | {
     "custom_llm_provider", "headers", "client", "model", "messages", "stream",
 }) - {"metadata"}
 _DONE = b"data: [DONE]\n\n"
+
+
+class LiteLLMTransport:
+    """The `Transport` for every other provider, and for `mock_response` routes."""
+
+    async def complete(self, target: Target, body: dict[str, Any]) -> UpstreamReply:
+        return await complete(target, body)
+
+    async def open_stream(self, target: Target, body: dict[str, Any]) -> ClosingStream:
+        return await open_stream(target, body)
 
 
 def _kwargs(target: Target, body: dict[str, Any], stream: bool) -> dict[str, Any]:

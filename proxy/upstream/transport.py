@@ -1,10 +1,16 @@
-"""Types shared by the two transports: the reply, the resolved route, the closing stream."""
+"""The one transport protocol, and what the two transports share: the reply, the resolved
+route (`Target`), the closing stream.
+
+A transport takes a `Target` (the route resolved once, at start) and the fitted body, and
+gives back OpenAI bytes: `complete` a chat.completion, `open_stream` SSE events. An error
+status raises a `proxy.errors` type before anything reaches the client (see `errors.py`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 
@@ -78,3 +84,16 @@ class ClosingStream:
             await self._gen.aclose()
         finally:
             await self._close()
+
+
+class Transport(Protocol):
+    """How a resolved target is reached: `direct.DirectTransport` (one aiohttp POST) or
+    `via_litellm.LiteLLMTransport` (`litellm.acompletion`)."""
+
+    async def complete(self, target: Target, body: dict[str, Any]) -> UpstreamReply:
+        """A non-streamed chat completion; raises a ProxyError on any upstream failure."""
+        ...
+
+    async def open_stream(self, target: Target, body: dict[str, Any]) -> ClosingStream:
+        """SSE bytes; an error status raises here, before the client gets a status line."""
+        ...
