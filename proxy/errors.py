@@ -15,7 +15,9 @@ Hierarchy (each answers OpenAI's shape ``{"error": {"message", "type", "code"}}`
     └── StoreUnavailable            503 store_error / store_unavailable
 
 LiteLLM's exceptions are mapped in `proxy.upstream.map_upstream_error`; nothing else
-should catch them.
+should catch them. The store's `store.errors.StoreUnavailable` is mapped here: the 503 class
+below subclasses it and is registered as the one the store raises, so the error boundary
+that answers every ProxyError answers it too, and the store never imports the proxy.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any, ClassVar
 
 import orjson
 from aiohttp import web
+
+from store import errors as store_errors
 
 
 class ProxyError(Exception):
@@ -112,7 +116,10 @@ class UpstreamTimeout(ProxyError):
     default_code = "upstream_timeout"
 
 
-class StoreUnavailable(ProxyError):
+class StoreUnavailable(ProxyError, store_errors.StoreUnavailable):
     status = 503
     type = "store_error"
     default_code = "store_unavailable"
+
+
+store_errors.raise_as(StoreUnavailable)

@@ -77,8 +77,11 @@ class RecallQuery:
 
 
 class Store(Protocol):
+    async def record(self, chunks: Sequence[EvictedChunk], events: Sequence[Event]) -> None:
+        """`offload` and `log` as one durable write: what a request evicts and why."""
+
     async def offload(self, chunks: Sequence[EvictedChunk]) -> None:
-        """Durable when it returns; raises proxy.errors.StoreUnavailable when it cannot be."""
+        """Durable when it returns; raises store.errors.StoreUnavailable when it cannot be."""
 
     async def log(self, events: Sequence[Event]) -> None:
         """Append decisions; idempotent per (session, turn, chunk, action)."""
@@ -141,6 +144,10 @@ class MemoryStore:
         self.chunks: dict[tuple[str, str, str], EvictedChunk] = {}
         self._events: list[Event] = []
         self._seen: set[tuple[str, str, int, str, str]] = set()
+
+    async def record(self, chunks: Sequence[EvictedChunk], events: Sequence[Event]) -> None:
+        await self.offload(chunks)
+        await self.log(events)
 
     async def offload(self, chunks: Sequence[EvictedChunk]) -> None:
         for c in chunks:

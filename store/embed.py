@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -24,10 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-import proxy  # noqa: F401  (offline defaults before sentence-transformers or litellm load)
-
-# A progress bar on stderr would break the proxy's one-JSON-line-per-event log.
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+# The offline defaults (HF_HUB_OFFLINE, no progress bars, …) are set by store/__init__.py.
 
 Vectors = npt.NDArray[np.float32]
 PACKAGED_MODEL = "all-MiniLM-L6-v2"

@@ -24,11 +24,11 @@ import lancedb
 import pyarrow as pa
 import structlog
 
-from proxy.errors import StoreUnavailable
 from store import schema as S
 from store.base import Event, EvictedChunk, Passage, RecallQuery, latest_evicted, summarise
 from store.commits import GroupCommit
 from store.embed import Embedder
+from store.errors import StoreUnavailable, unavailable
 from store.search import fill, id_matches, id_terms, nearest
 from store.worker import EmbedWorker, Row, compact, ensure_indexes, unembedded, warm_up
 
@@ -38,7 +38,7 @@ OPTIMIZE_EVERY = 64  # commits per table between compactions (LanceDB: "> 20 ope
 
 def _unavailable(what: str, exc: BaseException) -> StoreUnavailable:
     log.error("store_unavailable", op=what, error=type(exc).__name__, detail=str(exc)[:300])
-    return StoreUnavailable(f"The context store cannot {what} right now ({type(exc).__name__});"
+    return unavailable(f"The context store cannot {what} right now ({type(exc).__name__});"
                             " nothing was dropped from the conversation.")
 
 

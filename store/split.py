@@ -19,9 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import tiktoken
-
-import proxy  # noqa: F401  (TIKTOKEN_CACHE_DIR before tiktoken loads an encoding)
+import tiktoken  # TIKTOKEN_CACHE_DIR is set first, by store/__init__.py
 
 MAX_TOKENS = 256
 WINDOW_OVERLAP = 32

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.errors import StoreUnavailable
 from store.base import Event, EvictedChunk, RecallQuery
 from store.embed import CachedEmbedder, get_embedder
+from store.errors import StoreUnavailable
 from store.lance import LanceStore
 
 NEEDLE = "Customer note: she is travelling with her cat Whiskers in a soft carrier under the seat."
@@ -206,7 +206,7 @@ async def test_a_read_only_store_refuses_offload_and_loses_nothing(
     with read_only(tmp_path / "db"):
         with pytest.raises(StoreUnavailable) as err:
             await store.offload([chunk("c2", "a chunk that cannot be stored now")])
-        assert err.value.code == "store_unavailable" and err.value.status == 503
+        assert err.value.message.endswith("nothing was dropped from the conversation.")
         with pytest.raises(StoreUnavailable):
             await store.log([event("c2", 4)])
         # reads still work while writes fail
