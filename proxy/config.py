@@ -110,12 +110,20 @@ class ClassificationSettings(_Strict):
 
 
 class RecallSettings(_Strict):
+    """Recall reads the session's lexical index (proxy/recall.py): a passage of an evicted
+    chunk comes back when its strength (BM25 over the query's ideal, in [0, 1]) reaches
+    `min_relevance` and its score is within `min_relative` of the session's best match.
+    `budget_fraction` of the room is the most a recall may take, and only on turns that
+    recall. The defaults are calibrated in docs/design-notes.md."""
+
     enabled: bool = True
     budget_fraction: float = Field(0.10, ge=0, le=0.5)
-    min_similarity: float = Field(0.30, ge=-1, le=1)
+    min_relevance: float = Field(0.35, ge=0, le=1)
+    min_relative: float = Field(0.5, ge=0, le=1)
     top_k: int = Field(8, ge=1)
+    # Kept for configs written for the vector recall (it no longer gates recall).
+    min_similarity: float = Field(0.30, ge=-1, le=1)
     cross_session: bool = False
-    # Recall is an extra, never a reason to be slow: past this the request goes without it.
     timeout_ms: int = Field(1000, ge=1)
 
 

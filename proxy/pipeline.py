@@ -1,4 +1,4 @@
-"""The request's way through the house: chunk → score → offload → recall → assemble.
+"""The request's way through the house: chunk → relate → fit → recall → offload → forward.
 
 `Pipeline.prepare` turns a validated client body into the body to forward, never invalid,
 never over the window. Chunks are stored (durably) before the request that drops them is
@@ -18,11 +18,21 @@ from proxy.chunking import Chunker, Conversation
 from proxy.config import ConfigError, RouteSettings, Settings
 from proxy.errors import ContextLengthExceeded
 from proxy.fitting import Fit, Fitter
-from proxy.recall import Recaller
+from proxy.recall import (
+    CLOSE,
+    OPEN,
+    ChunkMeta,
+    RecallResult,
+    current_step,
+    inject,
+    search,
+    select,
+)
 from proxy.session import Sessions, SessionState
 from proxy.tokens import TokenCounter, encoding_for
 from proxy.turnlog import TurnLog, summary
 from store.base import Event, EvictedChunk, Store
+from store.relevance import Hit
 
 
 @dataclass(slots=True)
@@ -54,14 +64,17 @@ class RouteRuntime:
         self.fitter = Fitter(self.counter)
         self.policy: Policy = get_policy(route.policy, **route.policy_params)
 
-    def budgets(self, body: dict[str, Any], tools_tokens: int) -> tuple[int, int, int]:
-        """(eviction budget, recall budget, reserved output)."""
+        self.block_overhead = self.counter.text(OPEN + CLOSE) + 8
+
+    def room(self, body: dict[str, Any], tools_tokens: int) -> tuple[int, int]:
+        """(room for messages, reserved output). Recall takes its share of the room only on
+        the turns that recall (`Pipeline._recall`), so the rest of the time it all goes to
+        the conversation."""
         r = self.route
         reserved = body.get("max_completion_tokens") or body.get("max_tokens")
         reserved = int(reserved) if reserved else r.max_output_tokens
         room = self.window - reserved - tools_tokens - math.ceil(r.safety_margin * self.window)
-        recall = int(room * r.recall.budget_fraction) if r.recall.enabled and room > 0 else 0
-        return room - recall, recall, reserved
+        return room, reserved
 
 
 def resolve_window(route: RouteSettings, index: int) -> int:
@@ -86,7 +99,6 @@ class Pipeline:
         self.sessions = Sessions(settings.server.max_sessions)
         self.runtimes = {r.name: RouteRuntime(r, resolve_window(r, i))
                          for i, r in enumerate(settings.routes)}
-        self.recaller = Recaller(store)
         self.turns = TurnLog(store)  # per-turn summaries for the inspector, off the hot path
 
     async def prepare(self, body: dict[str, Any], route: RouteSettings, tenant: str,
@@ -95,67 +107,130 @@ class Pipeline:
         state = self.sessions.get(tenant, session)
         async with state.lock:
             if not state.loaded:
-                state.evicted |= await self.store.evicted_ids(tenant, session)
-                state.loaded = True
+                await self._load(state, tenant, session)
             return await self._prepare(rt, body, tenant, session, state)
+
+    async def _load(self, state: SessionState, tenant: str, session: str) -> None:
+        """First sight of a session in this process: its sticky evictions, and the text of
+        what it evicted (recallable even if the client no longer sends it)."""
+        evicted = await self.store.evicted_ids(tenant, session)
+        state.evicted |= evicted
+        if evicted:
+            for c in await self.store.fetch(tenant, session, sorted(evicted)):
+                if state.index.add(c.chunk_id, c.text):
+                    state.meta[c.chunk_id] = ChunkMeta(c.turn, c.role, c.klass)
+        state.loaded = True
 
     async def _prepare(self, rt: RouteRuntime, body: dict[str, Any], tenant: str, session: str,
                        state: SessionState) -> Prepared:
+        """validate and route happened at the edge; here: chunk → relate → fit → recall →
+        assemble → offload and log (one durable store call) → the body to forward."""
         messages: list[dict[str, Any]] = body["messages"]
+        # chunk: classes, turns, references, tool-call groups
         conv = rt.chunker.split(messages)
         for p in conv.parts:  # a recall counts as a reference (RWOE's boost)
             extra = state.recall_refs.get(p.chunk.id)
             if extra:
                 p.chunk.refs.extend(extra)
+        # relate: lexical relevance of every chunk, in context or evicted, to this step
+        for p in conv.parts:
+            if state.index.add(p.chunk.id, p.info.text):
+                state.meta[p.chunk.id] = ChunkMeta(p.chunk.turn, p.role, p.chunk.klass.value)
+        step = current_step(conv)
+        hits = search(state.index, step)
+        query = step.text
+        # fit: sticky decisions, then the policy, down to the watermark; cut if must
         tools_tokens = rt.counter.tools(body.get("tools"))
-        budget, recall_budget, reserved = rt.budgets(body, tools_tokens)
+        room, reserved = rt.room(body, tools_tokens)
         tokens_in = rt.fitter.cost(conv, set()) + tools_tokens
-        ctx = PolicyContext(turn=conv.turn, rng=random.Random(f"{session}:{conv.turn}"))
-        target = int(budget * rt.route.watermark)
-        fit = rt.fitter.fit(conv, state.evicted, budget, target, rt.policy, ctx)
-        if fit.tokens > budget:
-            raise _too_long(rt, conv, fit, budget, reserved, tools_tokens)
-        events = await self._offload(rt, conv, fit, tenant, session)
+        ctx = PolicyContext(turn=conv.turn, similarity=state.index.chunk_scores(hits),
+                            rng=random.Random(f"{session}:{conv.turn}"))
+        target = int(room * rt.route.watermark)
+        fit = rt.fitter.fit(conv, state.evicted, room, target, rt.policy, ctx)
+        if fit.tokens > room:
+            rt.fitter.cut(conv, fit, room)
+            if fit.tokens > room:
+                raise _too_long(rt, conv, fit, room, reserved, tools_tokens)
+        # recall: evicted passages the step clearly asks about, within the room left
+        fit, out, recall = self._recall(rt, conv, messages, fit, hits, query, state, room,
+                                        target, ctx)
+        # offload and log: one durable append before anything evicted leaves the request
+        events = await self._record(rt, conv, fit, recall, tenant, session)
         state.evicted |= {d.part.chunk.id for d in fit.new}
-        out = rt.fitter.assemble(conv, messages, fit.evicted)
-        recall = await self.recaller.recall(rt, conv, out, fit.evicted, tenant, session,
-                                            recall_budget)
-        for r in recall.events:
-            state.recall_refs.setdefault(r.chunk_id, []).append(conv.turn)
-        if recall.events:
-            await self.store.log(recall.events)
-        events.extend(recall.events)
-        prompt = _fingerprints(rt, conv, fit, recall.tokens)
+        for r in recall.passages:
+            state.recall_refs.setdefault(r.hit.chunk_id, []).append(conv.turn)
+        costs = [rt.fitter.part_cost(conv, p, fit.evicted) for p in conv.parts]
+        prompt = _fingerprints(conv, costs, fit, recall.tokens)
         ratio = _prefix_ratio(state.last_prompt, prompt)
         state.last_prompt = prompt
-        forwarded = {**body, "messages": recall.messages}
         tokens_out = fit.tokens + recall.tokens + tools_tokens
+        recalled = [e for e in events if e.action == "recall"]
         self.turns.submit(summary(
-            rt, conv, fit, recall.events, tenant=tenant, session=session, budget=budget,
-            recall_budget=recall_budget, tools=tools_tokens, tokens_in=tokens_in,
-            tokens_out=tokens_out, recall_tokens=recall.tokens,
+            rt, conv, fit, costs, recalled, tenant=tenant, session=session, budget=room,
+            recall_budget=int(room * rt.route.recall.budget_fraction), tools=tools_tokens,
+            tokens_in=tokens_in, tokens_out=tokens_out, recall_tokens=recall.tokens,
             query=recall.query))
         return Prepared(
-            body=forwarded, route=rt.route, tenant=tenant, session=session, turn=conv.turn,
-            tokens_in=tokens_in, tokens_out=tokens_out,
-            budget=budget, evicted=len(fit.evicted), new_evictions=len(fit.new),
-            recalled=len(recall.events), prefix_ratio=ratio, events=events,
+            body={**body, "messages": out}, route=rt.route, tenant=tenant, session=session,
+            turn=conv.turn, tokens_in=tokens_in, tokens_out=tokens_out, budget=room,
+            evicted=len(fit.evicted), new_evictions=len(fit.new),
+            recalled=len(recall.passages), prefix_ratio=ratio, events=events,
         )
 
-    async def _offload(self, rt: RouteRuntime, conv: Conversation, fit: Fit, tenant: str,
-                       session: str) -> list[Event]:
-        if not fit.new:
-            return []
+    def _recall(self, rt: RouteRuntime, conv: Conversation, messages: list[dict[str, Any]],
+                fit: Fit, hits: list[Hit], query: str, state: SessionState, room: int,
+                target: int, ctx: PolicyContext) -> tuple[Fit, list[dict[str, Any]],
+                                                          RecallResult]:
+        """Choose passages of evicted chunks; when they do not fit the room the fit left,
+        fit again leaving room for them (never when the fit had to cut)."""
+        settings = rt.route.recall
+        out = rt.fitter.assemble(conv, messages, fit.evicted, fit.cuts)
+        if not settings.enabled or not hits:
+            return fit, out, RecallResult(out)
+        in_context = {p.chunk.id for p in conv.parts if p.chunk.id not in fit.evicted}
+        recallable = (fit.evicted | state.evicted) - in_context
+        if not recallable:
+            return fit, out, RecallResult(out)
+        count = rt.counter.text
+        cap = int(room * settings.budget_fraction) - rt.block_overhead
+        chosen = select(hits, recallable, state.meta, query=query,
+                        min_relevance=settings.min_relevance,
+                        min_relative=settings.min_relative, top_k=settings.top_k,
+                        budget=cap, count=count)
+        if not chosen:
+            return fit, out, RecallResult(out, query=query)
+        need = sum(r.tokens for r in chosen) + rt.block_overhead
+        if fit.tokens + need > room:
+            if fit.cuts:
+                return fit, out, RecallResult(out, query=query)
+            refit = rt.fitter.fit(conv, state.evicted, room - need, min(target, room - need),
+                                  rt.policy, ctx)
+            if refit.tokens > room - need:
+                return fit, out, RecallResult(out, query=query)
+            fit = refit
+            out = rt.fitter.assemble(conv, messages, fit.evicted, fit.cuts)
+        messages_out, tokens, used = inject(out, chosen, count, room - fit.tokens)
+        return fit, messages_out, RecallResult(messages_out, tokens, used, query)
+
+    async def _record(self, rt: RouteRuntime, conv: Conversation, fit: Fit,
+                      recall: RecallResult, tenant: str, session: str) -> list[Event]:
+        """Evicted and cut chunks with their events, and recall events: one durable store
+        call. A StoreUnavailable here means nothing was dropped (the caller answers 503)."""
         policy = rt.route.policy
-        chunks = [EvictedChunk(tenant, session, d.part.chunk.id, d.part.chunk.turn, d.part.role,
-                               d.part.chunk.klass.value, d.part.chunk.tokens, d.part.info.text)
-                  for d in fit.new]
-        # Durable first: a StoreUnavailable here means nothing was dropped (caller answers 503).
-        await self.store.offload(chunks)
-        events = [Event(tenant, session, conv.turn, d.part.chunk.id, d.part.chunk.klass.value,
-                        d.part.chunk.tokens, round(d.score, 6), "evict", d.reason, policy,
-                        preview=_preview(d.part.info.text)) for d in fit.new]
-        await self.store.log(events)
+        gone = [(d.part, d.score, "evict", d.reason) for d in fit.new]
+        gone += [(p, 0.0, "cut", f"tool output over the window: head and tail kept, "
+                  f"{p.chunk.tokens - (p.cut_tokens or 0)} tokens cut")
+                 for p in fit.cut_parts]
+        chunks = [EvictedChunk(tenant, session, p.chunk.id, p.chunk.turn, p.role,
+                               p.chunk.klass.value, p.chunk.tokens, p.info.text)
+                  for p, _, _, _ in gone]
+        events = [Event(tenant, session, conv.turn, p.chunk.id, p.chunk.klass.value,
+                        p.chunk.tokens, round(score, 6), action, reason, policy,
+                        preview=_preview(p.info.text)) for p, score, action, reason in gone]
+        events += recall.events(tenant, session, conv.turn, policy,
+                                rt.route.recall.min_relevance)
+        if chunks or events:
+            await self.store.record(chunks, events)
         return events
 
 
@@ -164,14 +239,14 @@ def _preview(text: str, width: int = 100) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def _fingerprints(rt: RouteRuntime, conv: Conversation, fit: Fit,
+def _fingerprints(conv: Conversation, costs: list[int], fit: Fit,
                   recall_tokens: int) -> list[tuple[str, int]]:
     """(identity, tokens) of each forwarded message, to measure prompt-cache reuse."""
     out = []
-    for p in conv.parts:
-        cost = rt.fitter.part_cost(conv, p, fit.evicted)
+    for p, cost in zip(conv.parts, costs, strict=True):
         if cost:
-            out.append((p.chunk.id + ("/stub" if p.chunk.id in fit.evicted else ""), cost))
+            mark = "/stub" if p.chunk.id in fit.evicted else ("/cut" if p.cut_tokens else "")
+            out.append((p.chunk.id + mark, cost))
     if recall_tokens and out:
         fp, cost = out[-1]
         out[-1] = (fp + "/recall", cost + recall_tokens)

@@ -2,8 +2,9 @@
 
 A session is the `X-Session-ID` header, else a stable hash of (tenant, system prompt, first
 user message): an agent loop resending its history lands in the same session on every
-call, on any replica. Its state (the evicted set, recall references) is kept in a bounded
-LRU here and reloaded from the store after a restart.
+call, on any replica. Its state (the evicted set, recall references, the lexical index of
+its chunks) is kept in a bounded LRU here and rebuilt after a restart: the evicted set and
+the evicted chunks' text from the store, the rest from the history the client resends.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 
 from proxy.analysis import text_of
 from proxy.errors import InvalidRequest
+from proxy.recall import ChunkMeta
+from store.relevance import RelevanceIndex
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
@@ -44,6 +47,9 @@ class SessionState:
     loaded: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_prompt: list[tuple[str, int]] = field(default_factory=list)  # last forwarded
+    # every chunk this session has shown us, in context or evicted (recall, RWOE's cos)
+    index: RelevanceIndex = field(default_factory=RelevanceIndex)
+    meta: dict[str, ChunkMeta] = field(default_factory=dict)
 
 
 class Sessions:

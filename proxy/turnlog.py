@@ -36,7 +36,8 @@ TURN_CHUNK = "~turn"
 LINGER_S = 0.25
 
 
-def summary(rt: RouteRuntime, conv: Conversation, fit: Fit, recalled: list[Event], *,
+def summary(rt: RouteRuntime, conv: Conversation, fit: Fit, costs: list[int],
+            recalled: list[Event], *,
             tenant: str, session: str, budget: int, recall_budget: int, tools: int,
             tokens_in: int, tokens_out: int, recall_tokens: int, query: str) -> Event:
     """The turn's row. kept/evicted are message tokens by class (an evicted tool result's
@@ -44,12 +45,11 @@ def summary(rt: RouteRuntime, conv: Conversation, fit: Fit, recalled: list[Event
     kept: dict[str, int] = defaultdict(int)
     evicted: dict[str, int] = defaultdict(int)
     other = fit.tokens
-    for p in conv.parts:
+    for p, cost in zip(conv.parts, costs, strict=True):
         k = p.chunk.klass.value
         if p.chunk.id in fit.evicted:
             evicted[k] += p.chunk.tokens
         else:
-            cost = rt.fitter.part_cost(conv, p, fit.evicted)
             kept[k] += cost
             other -= cost
     by_class: dict[str, int] = defaultdict(int)

@@ -14,10 +14,11 @@ suffix stemmer so "rotation"/"rotate" and "databases"/"database" meet, and Engli
 words dropped, so a question in plain words scores on the words that carry its meaning.
 
 Scores: Okapi BM25 (k1 = 1.2, b = 0.75) with the query's term weights. `strength` is a
-score in [0, 1] that does not depend on the other passages: the BM25 score divided by the
-query's ideal score Σ idf·(k1+1) over its 8 most specific (highest-idf) terms — the limit
-of a passage that repeats each of them many times — so a long query (a tool output) is
-not diluted by its many common words; 1 means "the query's most telling words, often".
+score in [0, 1] that does not depend on the other passages: the BM25 score divided by
+Σ idf over the query's 8 most specific (highest-idf) terms — what a passage of average
+length scores when it mentions each of them once — clamped at 1; a long query is not
+diluted by its many common words, and terms only the query itself holds stay in the
+yardstick (a match on two of a question's four telling words is about one half).
 `chunk_scores` divides by the best passage's score instead, so the session's best match
 is 1 (RWOE's similarity term).
 """
@@ -98,6 +99,15 @@ def terms(text: str) -> list[str]:
                 cache.clear()
             ts = cache[whole] = _expand(whole)
         out += ts
+    return out
+
+
+def identifiers(text: str) -> list[str]:
+    """The whole identifiers of `text` (words with a digit or a separator, 3+ chars)."""
+    out = []
+    for whole in _WORD.findall(text):
+        if len(whole) > 2 and not whole.isalpha():
+            out.append(whole.lower())
     return out
 
 
@@ -202,8 +212,28 @@ class RelevanceIndex:
                 out[t] = self.idf(t)
         return out
 
-    def search(self, query: str | dict[str, float]) -> list[Hit]:
-        """Every passage that shares a term with the query, best first."""
+    def rare_identifiers(self, text: str, exclude: frozenset[str] | set[str],
+                         max_df: int = 3) -> dict[str, float]:
+        """Whole identifiers of `text` (ids, paths, numbers) found in 1..`max_df` passages
+        outside the `exclude`d chunks: what a tool output can be said to point back at,
+        rather than the formatting its sibling outputs share."""
+        out: dict[str, float] = {}
+        owner = self._owner
+        for t in identifiers(text):
+            if t in out:
+                continue
+            post = self._post.get(t)
+            if post is None or len(post) > max_df + len(exclude) * 4:
+                continue
+            outside = sum(1 for n in post if owner[n] not in exclude)
+            if 1 <= outside <= max_df:
+                out[t] = self.idf(t)
+        return out
+
+    def search(self, query: str | dict[str, float],
+               exclude: frozenset[str] | set[str] = frozenset()) -> list[Hit]:
+        """Every passage outside the `exclude`d chunks that shares a term with the query,
+        best first."""
         q = self.query_terms(query) if isinstance(query, str) else query
         if not q or not self._owner:
             return []
@@ -215,9 +245,10 @@ class RelevanceIndex:
             for n, tf in self._post[t].items():
                 norm = K1 * (1.0 - B + B * lens[n] / avg)
                 acc[n] = get(n, 0.0) + w * tf * (K1 + 1.0) / (tf + norm)
-        ideal = sum(sorted(q.values(), reverse=True)[:IDEAL_TERMS]) * (K1 + 1.0)
-        hits = [Hit(self._owner[n], self._piece[n], self._text[n], s, min(1.0, s / ideal))
-                for n, s in acc.items()]
+        ideal = sum(sorted(q.values(), reverse=True)[:IDEAL_TERMS])
+        owner = self._owner
+        hits = [Hit(owner[n], self._piece[n], self._text[n], s, min(1.0, s / ideal))
+                for n, s in acc.items() if owner[n] not in exclude]
         hits.sort(key=lambda h: (-h.score, h.chunk_id, h.piece))
         return hits
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -232,25 +231,3 @@ async def test_one_log_line_per_request_without_message_text(make_client: Any) -
     assert "secret" not in repr(logs) and "sk-up" not in repr(logs)
 
 
-class SlowRecallStore(MemoryStore):
-    """A store whose search stalls, as MiniLM does when queued behind the embed worker."""
-
-    async def recall(self, query: Any) -> Any:
-        await asyncio.sleep(5)
-        return await super().recall(query)
-
-
-async def test_slow_recall_is_skipped_not_waited_for(aiohttp_client: ClientFactory,
-                                                     upstream: UpstreamServer) -> None:
-    settings = settings_for(upstream, recall={"enabled": True, "timeout_ms": 50},
-                            context_window=3000)
-    client = await aiohttp_client(init_app(settings, store=SlowRecallStore()))
-    with capture_logs() as logs:
-        resp = await client.post("/v1/chat/completions", json={
-            "model": "test-1", "messages": long_session(12)})
-    assert resp.status == 200
-    assert int(resp.headers["x-ctxwarden-evicted"]) > 0
-    assert resp.headers["x-ctxwarden-recalled"] == "0"
-    skipped = [e for e in logs if e["event"] == "recall_skipped"]
-    assert skipped == [{"event": "recall_skipped", "reason": "timeout", "timeout_ms": 50,
-                        "log_level": "warning"}]

@@ -1,0 +1,145 @@
+"""Relevance at wire speed, through the app: recall on the very next turn with no embedder
+and no pause, a cold history keeps its evidence, no recall when nothing is asked, a stable
+recall block, and an oversized tool result cut rather than refused."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from proxy.app import init_app
+from proxy.config import Settings
+from proxy.recall import OPEN
+from store.base import MemoryStore
+from tests.helpers import assistant, call, tool, user
+from tests.support.openai_server import UpstreamServer
+
+ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
+FACT = "\n".join([
+    "# Infra notes", "Owners: platform team; on-call rotates weekly on Mondays.",
+    "CI runs on self-hosted runners in two pools (small, large); caches live 7 days.",
+    "The staging database runs on host pg-stg-7741.internal behind the bastion.",
+    "Nightly backups start at 02:00 UTC and are kept for 30 days in cold storage.",
+    "Feature flags are served by the flag service; defaults live in flags.yaml.",
+    "Log retention: 14 days hot, 90 days archived; dashboards in the metrics UI.",
+    "Release trains leave every other Thursday; hotfixes need two approvals.",
+] * 3)
+ANSWER = "pg-stg-7741.internal"
+ASK = "Before I forget: which machine hosts the staging database?"
+
+
+class NoSearchStore(MemoryStore):
+    """The store as the request path may use it: durable writes, no search, no vectors."""
+
+    async def recall(self, query: Any) -> Any:
+        raise AssertionError("recall must not wait on the store")
+
+
+def settings(upstream: UpstreamServer, window: int = 3000, **route: Any) -> Settings:
+    return Settings(store={"path": ":memory:"}, routes=[{
+        "name": "agent", "model": "agent-*",
+        "upstream": {"model": "openai/gpt-4o", "api_base": upstream.url, "api_key": "sk-up"},
+        "context_window": window, "max_output_tokens": 256, **route}])
+
+
+def listing(i: int) -> str:
+    """A 300-token tool output about something else entirely."""
+    return "\n".join(f"src/module_{i}/part_{j}.py: def handler_{i}_{j}(request): "
+                     f"return render(template_{j}, status={200 + j})" for j in range(14))
+
+
+def agent_session(turns: int, fact_at: int = 2) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
+                                  user("Refactor the request handlers, module by module.")]
+    for t in range(1, turns + 1):
+        cid = f"call_{t}"
+        out = FACT if t == fact_at else listing(t)
+        msgs += [assistant(None, call(cid, "read_file", json.dumps({"path": f"notes/{t}.md"}))),
+                 tool(cid, out)]
+    return msgs
+
+
+async def post(client: TestClient[Any, Any], msgs: list[dict[str, Any]],
+               sid: str = "s-1") -> Any:
+    resp = await client.post("/v1/chat/completions", headers={"X-Session-ID": sid},
+                             json={"model": "agent-1", "messages": msgs})
+    assert resp.status == 200, await resp.text()
+    return resp
+
+
+async def test_evicted_on_turn_n_is_recalled_on_turn_n_plus_1(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
+    history = agent_session(16)
+    for end in range(4, len(history) + 1, 2):  # back to back, one request per agent step
+        await post(client, history[:end])
+    assert ANSWER not in json.dumps(upstream.history[-1].body["messages"])  # evicted
+    resp = await post(client, [*history, assistant("Handlers are done."), user(ASK)])
+    sent = upstream.history[-1].body["messages"]
+    assert resp.headers["X-Ctxwarden-Recalled"] != "0"
+    assert sent[-1]["content"].startswith(ASK) and OPEN in sent[-1]["content"]
+    assert ANSWER in sent[-1]["content"]
+    log = (await (await client.get("/admin/evictions", params={"session": "s-1"})).json())
+    recalls = [e for e in log["events"] if e["action"] == "recall"]
+    assert recalls and recalls[0]["reason"].startswith("lexical match")
+    assert "stag" in recalls[0]["reason"] and "databas" in recalls[0]["reason"]
+
+
+async def test_a_step_that_asks_nothing_recalls_nothing(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
+    history = agent_session(16)
+    resp = await post(client, history)
+    assert int(resp.headers["X-Ctxwarden-Evicted"]) > 0
+    assert resp.headers["X-Ctxwarden-Recalled"] == "0"
+    assert OPEN not in json.dumps(upstream.history[-1].body["messages"])
+
+
+async def test_a_cold_history_keeps_the_evidence_for_its_last_question(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """Sent whole for the first time, 4x the window, the question last."""
+    client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
+    history = [*agent_session(36, fact_at=5), assistant("All modules done."), user(ASK)]
+    resp = await post(client, history, sid="cold")
+    assert int(resp.headers["X-Ctxwarden-Tokens-In"]) > 4 * 2500
+    assert ANSWER in json.dumps(upstream.history[-1].body["messages"])
+
+
+async def test_the_same_recall_renders_byte_identical(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
+    history = agent_session(16)
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+    history += [assistant("Done."), user(ASK)]
+    await post(client, history)
+    first = upstream.history[-1].body["messages"][-1]["content"]
+    await post(client, history)
+    assert upstream.history[-1].body["messages"][-1]["content"] == first
+    block = first[first.index(OPEN):]
+    more = [*history, assistant(None, call("c_x", "read_file", "{}")), tool("c_x", listing(99))]
+    await post(client, more)
+    last = upstream.history[-1].body["messages"][-1]["content"]
+    assert last.endswith(block)  # same set, same bytes, now on the newest host message
+
+
+async def test_an_oversized_tool_result_is_cut_not_refused(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    store = MemoryStore()
+    client = await aiohttp_client(init_app(settings(upstream, window=2000), store=store))
+    big = "BEGIN " + " ".join(f"row {i}: status=ok latency={i % 97}ms" for i in range(900))
+    msgs = [{"role": "system", "content": "You are an agent."}, user("Check the logs."),
+            assistant(None, call("c1", "read_log", "{}")), tool("c1", big + " END")]
+    resp = await post(client, msgs, sid="big")
+    sent = upstream.history[-1].body["messages"]
+    text = sent[-1]["content"]
+    assert text.startswith("BEGIN") and text.endswith("END")
+    assert "tokens cut from the middle of this read_log output" in text
+    assert int(resp.headers["X-Ctxwarden-Tokens-Out"]) <= 2000
+    (chunk,) = store.chunks.values()
+    assert chunk.text == big + " END"  # the whole text is stored
+    cuts = [e for e in await store.events("default", "big") if e.action == "cut"]
+    assert len(cuts) == 1 and cuts[0].chunk_id == chunk.chunk_id
