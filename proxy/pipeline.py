@@ -7,10 +7,13 @@ forwarded; if the store cannot take them, nothing is dropped and the caller gets
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 from dataclasses import dataclass, field
 from typing import Any
+
+import structlog
 
 from policies import Policy, PolicyContext, get_policy
 from proxy.analysis import MessageAnalyzer
@@ -22,6 +25,7 @@ from proxy.recall import (
     CLOSE,
     OPEN,
     ChunkMeta,
+    Recalled,
     RecallResult,
     current_step,
     inject,
@@ -31,8 +35,10 @@ from proxy.recall import (
 from proxy.session import Sessions, SessionState
 from proxy.tokens import TokenCounter, encoding_for
 from proxy.turnlog import TurnLog, summary
-from store.base import Event, EvictedChunk, Store
+from store.base import Event, EvictedChunk, RecallQuery, Store
 from store.relevance import Hit
+
+log = structlog.get_logger("ctxwarden")
 
 
 @dataclass(slots=True)
@@ -154,6 +160,9 @@ class Pipeline:
         # recall: evicted passages the step clearly asks about, within the room left
         fit, out, recall = self._recall(rt, conv, messages, fit, hits, query, state, room,
                                         target, ctx)
+        if rt.route.recall.cross_session and not recall.passages and query:
+            out, recall = await self._recall_across(rt, conv, out, fit, query, tenant,
+                                                    session, room)
         # offload and log: one durable append before anything evicted leaves the request
         events = await self._record(rt, conv, fit, recall, tenant, session)
         state.evicted |= {d.part.chunk.id for d in fit.new}
@@ -211,6 +220,33 @@ class Pipeline:
             out = rt.fitter.assemble(conv, messages, fit.evicted, fit.cuts)
         messages_out, tokens, used = inject(out, chosen, count, room - fit.tokens)
         return fit, messages_out, RecallResult(messages_out, tokens, used, query)
+
+    async def _recall_across(self, rt: RouteRuntime, conv: Conversation,
+                             out: list[dict[str, Any]], fit: Fit, query: str, tenant: str,
+                             session: str, room: int) -> tuple[list[dict[str, Any]],
+                                                               RecallResult]:
+        """A route that allows it also searches the tenant's other sessions: the store's
+        vector search, under `recall.timeout_ms`, only when this session's own index found
+        nothing (the request is valid without it, so a slow store is skipped and logged)."""
+        settings = rt.route.recall
+        budget = min(int(room * settings.budget_fraction), room - fit.tokens)
+        in_context = frozenset(p.chunk.id for p in conv.parts if p.chunk.id not in fit.evicted)
+        q = RecallQuery(tenant=tenant, session=session, text=query,
+                        exclude_chunk_ids=in_context,
+                        budget_tokens=budget - rt.block_overhead, top_k=settings.top_k,
+                        min_similarity=settings.min_similarity, cross_session=True)
+        if q.budget_tokens <= 0:
+            return out, RecallResult(out, query=query)
+        try:
+            found = await asyncio.wait_for(self.store.recall(q), settings.timeout_ms / 1000)
+        except TimeoutError:
+            log.warning("recall_skipped", reason="timeout", timeout_ms=settings.timeout_ms)
+            return out, RecallResult(out, query=query)
+        chosen = [Recalled(Hit(p.chunk_id, i, p.text, p.similarity, p.similarity),
+                           p.turn, p.role, p.klass, p.tokens + 16, ("(vector match)",))
+                  for i, p in enumerate(found)]
+        messages, tokens, used = inject(out, chosen, rt.counter.text, budget)
+        return messages, RecallResult(messages, tokens, used, query)
 
     async def _record(self, rt: RouteRuntime, conv: Conversation, fit: Fit,
                       recall: RecallResult, tenant: str, session: str) -> list[Event]:

@@ -4,11 +4,13 @@ recall block, and an oversized tool result cut rather than refused."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp.test_utils import TestClient
+from structlog.testing import capture_logs
 
 from proxy.app import init_app
 from proxy.config import Settings
@@ -143,3 +145,46 @@ async def test_an_oversized_tool_result_is_cut_not_refused(
     assert chunk.text == big + " END"  # the whole text is stored
     cuts = [e for e in await store.events("default", "big") if e.action == "cut"]
     assert len(cuts) == 1 and cuts[0].chunk_id == chunk.chunk_id
+
+
+class OtherSessionStore(MemoryStore):
+    """A store whose vector search answers from the tenant's other sessions, or stalls."""
+
+    def __init__(self, stall: float = 0.0) -> None:
+        super().__init__()
+        self.stall = stall
+        self.queries: list[Any] = []
+
+    async def recall(self, query: Any) -> Any:
+        from store.base import Passage
+
+        self.queries.append(query)
+        await asyncio.sleep(self.stall)
+        return [Passage("other-chunk", "other-chunk:0", "Vendor contact: Dana at 555-0142.",
+                        0.71, 3, "tool", "TRANSIENT", 14)]
+
+
+async def test_cross_session_recall_searches_the_store_when_the_session_has_nothing(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    store = OtherSessionStore()
+    client = await aiohttp_client(init_app(
+        settings(upstream, recall={"cross_session": True}), store=store))
+    resp = await post(client, [{"role": "system", "content": "sys"},
+                               user("Who was the vendor contact?")])
+    assert resp.headers["X-Ctxwarden-Recalled"] == "1"
+    assert "555-0142" in upstream.history[-1].body["messages"][-1]["content"]
+    assert store.queries[0].cross_session and store.queries[0].tenant == "default"
+
+
+async def test_a_stalled_cross_session_search_is_skipped_not_waited_for(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    store = OtherSessionStore(stall=5.0)
+    client = await aiohttp_client(init_app(
+        settings(upstream, recall={"cross_session": True, "timeout_ms": 50}), store=store))
+    with capture_logs() as logs:
+        resp = await post(client, [{"role": "system", "content": "sys"},
+                                   user("Who was the vendor contact?")])
+    assert resp.headers["X-Ctxwarden-Recalled"] == "0"
+    skipped = [e for e in logs if e["event"] == "recall_skipped"]
+    assert skipped == [{"event": "recall_skipped", "reason": "timeout", "timeout_ms": 50,
+                        "log_level": "warning"}]
