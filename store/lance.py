@@ -1,15 +1,27 @@
 """`LanceStore`: evicted chunks, passages with vectors and the decision log in LanceDB.
 
-Never forget, fast hot path: `offload` commits the raw chunks (table `chunks`) and
-returns; the background `EmbedWorker` splits, embeds and writes `passages` later. Recall
-sees embedded passages only (plus, with `hybrid`, exact identifier matches among them).
-Every write is a `merge_insert` on a content id, so a resent history or a retried request
-writes nothing twice. The same code runs on a directory or an object-store URI
-(`s3://…`, `gs://…`, `az://…`); only a local path gets its directory created.
+Never forget, fast hot path: `record` (and `offload`, `log`) appends the rows to the
+store's write-ahead log (store/wal.py) and returns once that is fsynced, grouped across
+concurrent requests; no LanceDB commit is on the request path. The journal
+(store/journal.py) replays the log into the `chunks` and `events` tables in the
+background and on start; readers see logged rows at once, replayed or not. The
+background `EmbedWorker` splits, embeds and writes `passages` later. Recall sees embedded
+passages only (plus, with `hybrid`, exact identifier matches among them). Every write is a
+`merge_insert` on a content id, so a resent history, a retried request or a record
+replayed twice writes nothing twice. The same code runs on a directory or an object-store
+URI (`s3://…`, `gs://…`, `az://…`); only a local path gets its directory created.
 
-Failure: any LanceDB error while writing surfaces as `StoreUnavailable` (503
-`store_unavailable`); a failed commit leaves the tables as they were. Recall degrades to
-nothing (the request is still valid without it) and logs why.
+The log lives in `<store>/_wal` for a local store. For an object-store URI it must be on
+local disk: `wal_dir`, by default `./data/wal/<digest of the URI>` (relative to the working
+directory; not under /tmp, which a reboot may empty). Give each replica its own.
+`background=False` (a reader such as `ctxwarden log`, or a one-shot tool) has no
+replayer: it reads the log but writes straight to LanceDB, committed before it returns.
+
+Failure: a log that cannot be written (read-only or full disk) and, without a log, any
+LanceDB error while writing surface as `StoreUnavailable` (the proxy answers 503
+`store_unavailable`), with nothing of that call stored; a failing LanceDB only delays the
+replay (retried with backoff, the rows stay readable). Recall degrades to nothing (the
+request is still valid without it) and logs why.
 """
 
 from __future__ import annotations
@@ -29,7 +41,9 @@ from store.base import Event, EvictedChunk, Passage, RecallQuery, latest_evicted
 from store.commits import GroupCommit
 from store.embed import Embedder
 from store.errors import StoreUnavailable, unavailable
+from store.journal import Journal
 from store.search import fill, id_matches, id_terms, nearest
+from store.wal import WriteAheadLog
 from store.worker import EmbedWorker, Row, compact, ensure_indexes, unembedded, warm_up
 
 log = structlog.get_logger("ctxwarden.store")
@@ -46,7 +60,13 @@ class LanceStore:
     def __init__(self, uri: str | Path, embedder: Embedder, *, passage_tokens: int = 96,
                  hybrid: bool = True, storage_options: dict[str, str] | None = None,
                  read_consistency_interval: timedelta | None = None,
-                 max_pending: int = 10_000, background: bool = True) -> None:
+                 max_pending: int = 10_000, background: bool = True,
+                 wal: bool | None = None, wal_dir: str | Path | None = None,
+                 replay: bool = True) -> None:
+        """`wal` (default: `background`): durable in the write-ahead log, replayed into
+        LanceDB in the background; False: every write is a LanceDB commit. `wal_dir`: the
+        log's directory (default above). `replay=False`: log but never replay in this
+        process (a crash between the two, in tests)."""
         self.uri = str(uri)
         self.embedder = embedder
         self.passage_tokens = passage_tokens
@@ -63,6 +83,11 @@ class LanceStore:
         self._warm: asyncio.Task[None] | None = None
         self._group = GroupCommit(self._commit)
         self.worker = EmbedWorker(self._embed_chunks, self._unembedded, max_pending=max_pending)
+        self.wal_dir = Path(wal_dir) if wal_dir is not None else default_wal_dir(self.uri)
+        writes_log = background if wal is None else wal
+        self.journal = Journal(WriteAheadLog(self.wal_dir, writer=writes_log), self._replay,
+                               replay=replay and writes_log)
+        self._logged = writes_log  # writes go to the log (else straight to LanceDB)
 
     # -- opening ---------------------------------------------------------------------------
     async def _ready(self) -> None:
@@ -79,11 +104,17 @@ class LanceStore:
                 for name, sch in ((S.CHUNKS, S.CHUNK_SCHEMA), (S.EVENTS, S.EVENT_SCHEMA)):
                     self._tables[name] = await db.create_table(name, schema=sch, exist_ok=True)
                     await ensure_indexes(self._tables[name], name, S.INDEXED[name])
+                await self._open_passages(None, db)
+                loaded = await asyncio.to_thread(self.journal.wal.load)
                 self._db = db
-                await self._passages()
             except Exception as exc:
-                self._db = None
+                self._tables.clear()
                 raise _unavailable("open", exc) from exc
+            if loaded.records:
+                log.info("wal_loaded", records=len(loaded.records), segments=loaded.segments,
+                         claimed=loaded.claimed, torn=loaded.torn, corrupt=loaded.corrupt)
+            self.journal.load(loaded)  # its chunks reach the worker through `_unembedded`
+            self.journal.start()
             if self.background:
                 self.worker.start()
                 self._warm = asyncio.get_running_loop().create_task(warm_up(self.embedder))
@@ -96,17 +127,18 @@ class LanceStore:
         async with self._passages_lock:  # recall and the worker may both get here first
             return await self._open_passages(dim)
 
-    async def _open_passages(self, dim: int | None) -> Any:
+    async def _open_passages(self, dim: int | None, db: Any = None) -> Any:
         tbl = self._tables.get(S.PASSAGES)
         if tbl is not None:
             return tbl
+        db = db if db is not None else self._db
         try:
-            tbl = await self._db.open_table(S.PASSAGES)
+            tbl = await db.open_table(S.PASSAGES)
         except ValueError:  # not created yet
             if dim is None:
                 return None
-            tbl = await self._db.create_table(S.PASSAGES, schema=S.passage_schema(dim),
-                                              exist_ok=True)
+            tbl = await db.create_table(S.PASSAGES, schema=S.passage_schema(dim),
+                                        exist_ok=True)
         self._dim = (await tbl.schema()).field("vector").type.list_size
         await ensure_indexes(tbl, S.PASSAGES, S.INDEXED[S.PASSAGES])
         self._tables[S.PASSAGES] = tbl
@@ -122,26 +154,51 @@ class LanceStore:
         self._commits[name] = self._commits.get(name, 0) + 1
 
     # -- the Store protocol ----------------------------------------------------------------
-    async def offload(self, chunks: Sequence[EvictedChunk]) -> None:
-        """Durable when it returns (committed); embedding happens later, in the worker."""
-        if not chunks:
+    async def record(self, chunks: Sequence[EvictedChunk], events: Sequence[Event]) -> None:
+        """What a request evicts and why, durable when it returns: one log append (one
+        fsync, shared with concurrent requests); embedding happens later, in the worker."""
+        if not chunks and not events:
             return
         await self._ready()
-        rows = S.chunk_rows(chunks)
-        try:
-            await self._merge(S.CHUNKS, rows, S.CHUNK_SCHEMA)
-        except Exception as exc:
-            raise _unavailable("store evicted chunks", exc) from exc
-        self.worker.submit(rows)
+        chunk_rows, event_rows = S.chunk_rows(chunks), S.event_rows(events)
+        if self._logged:
+            try:
+                await self.journal.record(chunk_rows, event_rows)
+            except Exception as exc:
+                raise _unavailable("store evicted chunks" if chunks else "log decisions",
+                                   exc) from exc
+        else:
+            await self._direct(chunk_rows, event_rows)
+        if chunk_rows:
+            self.worker.submit(chunk_rows)
+
+    async def offload(self, chunks: Sequence[EvictedChunk]) -> None:
+        """Durable when it returns; embedding happens later, in the worker."""
+        await self.record(chunks, ())
 
     async def log(self, events: Sequence[Event]) -> None:
-        if not events:
-            return
-        await self._ready()
+        await self.record((), events)
+
+    async def _direct(self, chunk_rows: list[Row], event_rows: list[Row]) -> None:
+        """Without a log: committed to LanceDB before it returns (chunks first)."""
         try:
-            await self._merge(S.EVENTS, S.event_rows(events), S.EVENT_SCHEMA)
+            if chunk_rows:
+                await self._merge(S.CHUNKS, chunk_rows, S.CHUNK_SCHEMA)
+        except Exception as exc:
+            raise _unavailable("store evicted chunks", exc) from exc
+        try:
+            if event_rows:
+                await self._merge(S.EVENTS, event_rows, S.EVENT_SCHEMA)
         except Exception as exc:
             raise _unavailable("log decisions", exc) from exc
+
+    async def _replay(self, chunk_rows: list[Row], event_rows: list[Row]) -> None:
+        """The journal's apply: logged rows into LanceDB (chunks first), then upkeep."""
+        if chunk_rows:
+            await self._merge(S.CHUNKS, chunk_rows, S.CHUNK_SCHEMA)
+        if event_rows:
+            await self._merge(S.EVENTS, event_rows, S.EVENT_SCHEMA)
+        await self._maintain()
 
     async def recall(self, query: RecallQuery) -> list[Passage]:
         if query.budget_tokens <= 0 or query.top_k <= 0 or not query.text.strip():
@@ -163,23 +220,35 @@ class LanceStore:
             return []
         return fill(cands, query)
 
+    # Readers take the journal's rows (logged, maybe not replayed yet) *before* querying
+    # LanceDB: a row leaves the journal only once it is committed, so it is in one of them.
     async def evicted_ids(self, tenant: str, session: str) -> set[str]:
         """Chunks whose latest evict/restore event is an evict: sticky across restarts."""
-        rows = await self._rows(S.EVENTS, S.eq("scope", S.scope_key(tenant, session))
+        await self._ready()
+        scope = S.scope_key(tenant, session)
+        logged = self.journal.scope_events(scope)
+        rows = await self._rows(S.EVENTS, S.eq("scope", scope)
                                 + " AND action IN ('evict', 'restore')",
                                 ["chunk_id", "action", "turn", "time"], "read evictions")
-        return latest_evicted((r["turn"], r["time"], r["chunk_id"], r["action"]) for r in rows)
+        return latest_evicted((r["turn"], r["time"], r["chunk_id"], r["action"])
+                              for r in (*rows, *logged))
 
     async def events(self, tenant: str, session: str) -> list[Event]:
-        rows = await self._rows(S.EVENTS, S.eq("scope", S.scope_key(tenant, session)), None,
-                                "read events")
+        await self._ready()
+        scope = S.scope_key(tenant, session)
+        logged = self.journal.scope_events(scope)
+        rows = _union(await self._rows(S.EVENTS, S.eq("scope", scope), None, "read events"),
+                      logged)
         return [S.row_event(r) for r in sorted(rows, key=lambda r: (r["turn"], r["time"]))]
 
     async def sessions(self, tenant: str | None = None) -> list[dict[str, Any]]:
-        where = S.eq("tenant_key", S.tenant_key(tenant)) if tenant is not None else None
-        rows = await self._rows(S.EVENTS, where, ["tenant", "session", "turn", "time", "action",
-                                                  "tokens"], "list sessions")
-        return summarise(rows)
+        await self._ready()
+        tkey = S.tenant_key(tenant) if tenant is not None else None
+        logged = self.journal.all_events(tkey)
+        where = S.eq("tenant_key", tkey) if tkey is not None else None
+        rows = await self._rows(S.EVENTS, where, ["id", "tenant", "session", "turn", "time",
+                                                  "action", "tokens"], "list sessions")
+        return summarise(_union(rows, logged))
 
     async def fetch(self, tenant: str, session: str,
                     chunk_ids: Sequence[str]) -> list[EvictedChunk]:
@@ -187,10 +256,14 @@ class LanceStore:
         keys = [S.chunk_key(tenant, session, c) for c in dict.fromkeys(chunk_ids)]
         if not keys:
             return []
-        rows = await self._rows(S.CHUNKS, "id IN (" + ", ".join(f"'{k}'" for k in keys) + ")",
-                                None, "read chunks")
-        order = {k: i for i, k in enumerate(keys)}
-        return [S.row_chunk(r) for r in sorted(rows, key=lambda r: order[r["id"]])]
+        await self._ready()
+        found = self.journal.chunk_rows(keys)
+        rest = [k for k in keys if k not in found]
+        if rest:
+            rows = await self._rows(S.CHUNKS, "id IN (" + ", ".join(f"'{k}'" for k in rest)
+                                    + ")", None, "read chunks")
+            found.update((r["id"], r) for r in rows)
+        return [S.row_chunk(found[k]) for k in keys if k in found]
 
     async def _rows(self, name: str, where: str | None, columns: list[str] | None,
                     what: str) -> list[dict[str, Any]]:
@@ -204,14 +277,19 @@ class LanceStore:
             raise _unavailable(what, exc) from exc
 
     async def flush(self, timeout: float | None = 300.0) -> None:
-        """Wait until every offloaded chunk is embedded and searchable (tests, benchmarks)."""
+        """Wait until everything recorded is in LanceDB and every chunk is embedded and
+        searchable (tests, benchmarks)."""
         await self._ready()
-        await self.worker.flush(timeout)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        await self.journal.drain(timeout)
+        await self.worker.flush(None if deadline is None else max(0.0, deadline - loop.time()))
 
     async def close(self, timeout: float = 2.0) -> None:
-        """Drain the embedding queue briefly, stop the worker, drop the handles. A short
-        wait is enough: every offloaded chunk is already durable, and the next start's scan
-        embeds what is left, so Ctrl-C never waits on MiniLM."""
+        """Replay and embed briefly, stop both, drop the handles. A short wait is enough:
+        what is recorded is durable in the log (the next start replays it) or in LanceDB
+        (the next start's scan embeds what is left), so Ctrl-C never waits on MiniLM."""
+        await self.journal.stop(timeout)
         await self.worker.stop(timeout)
         if self._warm is not None and not self._warm.done():
             self._warm.cancel()
@@ -236,8 +314,10 @@ class LanceStore:
         await self._maintain()
 
     async def _unembedded(self, limit: int) -> list[Row]:
+        """Chunks without passages: logged ones first (not in LanceDB yet), then LanceDB's."""
         await self._ready()
-        return await unembedded(self._tables[S.CHUNKS], await self._passages(), limit)
+        return await unembedded(self._tables[S.CHUNKS], await self._passages(), limit,
+                                logged=list(self.journal.chunks.values()))
 
     async def _maintain(self) -> None:
         for name, n in list(self._commits.items()):
@@ -245,8 +325,51 @@ class LanceStore:
                 self._commits[name] = 0
                 await compact(self._tables[name], name)
 
-    async def stats(self) -> dict[str, int]:
-        """Row counts per table and the embedding backlog (health checks, tests, benchmarks)."""
+    async def stats(self) -> dict[str, float]:
+        """Row counts per table (logged rows not replayed yet included), the embedding
+        backlog and lag, and the log's (health checks, /admin/store, /metrics, tests):
+
+            chunks, events, passages   rows
+            backlog                    chunks waiting to be embedded
+            embed_lag_s                age of the oldest of them (0 when none)
+            embed_queue                texts queued in the embedder (its own process)
+            wal_pending                log records not in LanceDB yet
+            wal_lag_s                  age of the oldest of them (0 when none)
+        """
         await self._ready()
-        out = {name: int(await tbl.count_rows()) for name, tbl in self._tables.items()}
-        return {S.PASSAGES: 0, **out, "backlog": self.worker.backlog}
+        logged = {S.CHUNKS: list(self.journal.chunks), S.EVENTS: list(self.journal.events)}
+        out: dict[str, float] = {S.PASSAGES: 0}
+        for name, tbl in self._tables.items():
+            out[name] = int(await tbl.count_rows()) + await self._missing(tbl, logged.get(name))
+        return {**out, **self.lag()}
+
+    def lag(self) -> dict[str, float]:
+        """The background work's backlog and lag, without touching LanceDB (metrics)."""
+        queue = getattr(self.embedder, "queued", 0)
+        return {"backlog": self.worker.backlog, "embed_lag_s": round(self.worker.lag, 3),
+                "embed_queue": int(queue() if callable(queue) else queue),
+                "wal_pending": self.journal.backlog, "wal_lag_s": round(self.journal.lag, 3)}
+
+    @staticmethod
+    async def _missing(tbl: Any, ids: list[str] | None) -> int:
+        """How many of these logged ids the table does not hold yet."""
+        if not ids:
+            return 0
+        have = 0
+        for i in range(0, len(ids), 256):  # ids are hex digests: safe to inline
+            part = ", ".join(f"'{k}'" for k in ids[i:i + 256])
+            have += int(await tbl.count_rows(f"id IN ({part})"))
+        return len(ids) - have
+
+
+def _union(rows: list[Row], logged: list[Row]) -> list[Row]:
+    """LanceDB's rows and the journal's, each id once (a row may be in both for a moment)."""
+    seen = {r["id"] for r in rows}
+    return rows + [r for r in logged if r["id"] not in seen]
+
+
+def default_wal_dir(uri: str) -> Path:
+    """`<store>/_wal` for a local store; `./data/wal/<digest>` for an object-store URI."""
+    if "://" not in uri or uri.startswith("file://"):
+        return Path(uri.removeprefix("file://")) / "_wal"
+    return Path("data") / "wal" / S.hkey("wal", uri)[:16]

@@ -1,8 +1,8 @@
 """The one background task that embeds what `offload` already made durable.
 
 Why a separate worker: MiniLM costs tens of milliseconds per passage on a small CPU, and
-a request must not wait for it; `offload` returns once the raw chunk is committed and
-only hands the chunk over here. The hand-over is a hint, not the source of truth: the
+a request must not wait for it; `record` returns once the raw chunk is durable (in the
+write-ahead log) and only hands the chunk over here. The hand-over is a hint, not the source of truth: the
 queue is bounded, and when it overflows, when a write fails, or at start-up after a
 crash, the worker re-scans the store for chunks that have no passages yet (`scan`), so
 nothing durable is ever left unembedded for long.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
@@ -59,6 +60,14 @@ class EmbedWorker:
     @property
     def backlog(self) -> int:
         return len(self._pending)
+
+    @property
+    def lag(self) -> float:
+        """Seconds since the oldest chunk waiting here was evicted (0 when none)."""
+        if not self._pending:
+            return 0.0
+        now = time.time()
+        return max(0.0, now - min(float(r.get("time", now)) for r in self._pending.values()))
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until everything handed over (and found by a scan) is embedded and written."""
@@ -121,15 +130,21 @@ class EmbedWorker:
         await asyncio.sleep(delay)
 
 
-async def unembedded(chunks: Any, passages: Any, limit: int) -> list[Row]:
-    """Chunk rows committed but without passages (a crash, a full queue, a failed write)."""
+async def unembedded(chunks: Any, passages: Any, limit: int,
+                     logged: Iterable[Row] = ()) -> list[Row]:
+    """Chunk rows durable but without passages (a crash, a full queue, a failed write):
+    `logged` ones (in the write-ahead log, maybe not in LanceDB yet) first."""
     have = (await chunks.query().select(["id"]).to_arrow()).column("id").to_pylist()
     done: set[str] = set()
     if passages is not None:
         done = set((await passages.query().select(["chunk_key"]).to_arrow())
                    .column("chunk_key").to_pylist())
-    missing = [k for k in have if k not in done][:limit]
     rows: list[Row] = []
+    for r in logged:
+        if r["id"] not in done and len(rows) < limit:
+            done.add(r["id"])
+            rows.append(r)
+    missing = [k for k in have if k not in done][:limit - len(rows)]
     for i in range(0, len(missing), 256):  # keys are hex digests: safe to inline
         keys = ", ".join(f"'{k}'" for k in missing[i:i + 256])
         rows += await chunks.query().where(f"id IN ({keys})").to_list()

@@ -1,0 +1,349 @@
+"""The write-ahead log: an offload is durable once its record is fsynced here.
+
+Why: a LanceDB commit writes a data file, a manifest and a transaction file per table
+and costs 10-20 ms with the table's writer queue in front of it; a request that evicts
+must not wait for that. Appending one record to a local file and fsyncing it is one
+`write` and one `fdatasync`; LanceDB gets the rows later, from the background replayer
+(store/journal.py), and on start from whatever a crash left here.
+
+Layout: a directory of segment files `<ms>-<pid>-<rand>-<n>.wal`. Each process writes
+only its own segments and holds an exclusive `flock` on each while it is open, so two
+processes on one store never interleave bytes, and a segment nobody holds is an orphan
+(its writer died) that the next writer to open the log claims and replays. A segment is
+deleted once every record in it is in LanceDB; when the log is fully applied the open
+segment is closed and deleted too, so an idle store has no open segment and its next
+append creates one (that is also where a read-only or vanished directory shows).
+
+Format: `CTXWAL1\\n`, then records `<u32 length><u32 crc32(payload)><payload>\\n`
+(little-endian; the payload is the caller's bytes, JSON for the store). Reading stops at
+the first record that does not check out: a short record or a run of zero bytes at the
+end is a torn tail (its append never returned: ignored), a checksum mismatch is
+corruption (logged; the segment is kept as `*.corrupt` rather than deleted).
+
+Group commit: appends that arrive while a write is in flight are written together with
+one `write` and one `fdatasync`, so 200 concurrent requests cost a handful of syncs, not
+200; `append` returns only once its bytes are synced. A failed write or sync fails every
+append in its group (nothing of theirs is acknowledged), truncates the segment back to
+its last good record and retires it; the next append starts a new segment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import os
+import secrets
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger("ctxwarden.store")
+
+MAGIC = b"CTXWAL1\n"
+HEADER = struct.Struct("<II")  # payload length, crc32(payload)
+END = 0x0A  # b"\n" after each payload: a record ends on a line of its own
+SUFFIX = ".wal"
+SEGMENT_BYTES = 64 << 20  # start a new segment past this (old ones go once applied)
+_sync = getattr(os, "fdatasync", os.fsync)  # data and the size; macOS has only fsync
+Durable = Callable[[int], None]
+
+
+@dataclass(slots=True)
+class Segment:
+    path: Path
+    fd: int | None  # open (and flocked) while this process holds it
+    last_seq: int = 0  # the newest record in it (0: none)
+    size: int = 0  # bytes known good
+    owned: bool = True  # ours or a claimed orphan: delete once applied
+    corrupt: bool = False  # keep as *.corrupt instead of deleting
+
+
+@dataclass(slots=True)
+class Loaded:
+    """What `WriteAheadLog.load` found: records in order, and how each segment ended."""
+
+    records: list[tuple[int, bytes]] = field(default_factory=list)  # (seq, payload)
+    segments: int = 0
+    claimed: int = 0
+    torn: int = 0
+    corrupt: int = 0
+
+
+def frame(payload: bytes) -> bytes:
+    return HEADER.pack(len(payload), zlib.crc32(payload)) + payload + b"\n"
+
+
+def parse(data: bytes) -> tuple[list[bytes], int, str]:
+    """Payloads of the good records, the offset after the last one, and how it ended:
+    "ok", "torn" (an unfinished append at the end) or "corrupt" (a checksum mismatch)."""
+    if len(data) < len(MAGIC):
+        return [], 0, ("torn" if MAGIC.startswith(data) or not any(data) else "corrupt")
+    if not data.startswith(MAGIC):
+        return [], 0, "corrupt"
+    out: list[bytes] = []
+    pos, n = len(MAGIC), len(data)
+    while pos < n:
+        if not any(memoryview(data)[pos:]):  # zeros past the end of the last sync
+            return out, pos, "torn"
+        if n - pos < HEADER.size + 1:
+            return out, pos, "torn"
+        length, crc = HEADER.unpack_from(data, pos)
+        end = pos + HEADER.size + length
+        if end + 1 > n:
+            return out, pos, "torn"
+        payload = data[pos + HEADER.size:end]
+        if zlib.crc32(payload) != crc or data[end] != END:
+            return out, pos, "corrupt"
+        out.append(payload)
+        pos = end + 1
+    return out, pos, "ok"
+
+
+class WriteAheadLog:
+    """One store's log directory. `writer=False`: read it only (`load`), never claim,
+    write or delete (`ctxwarden log`, a second reader)."""
+
+    def __init__(self, directory: str | Path, *, writer: bool = True,
+                 segment_bytes: int = SEGMENT_BYTES) -> None:
+        self.dir = Path(directory)
+        self.writer = writer
+        self.segment_bytes = segment_bytes
+        self._lock = threading.Lock()  # segment state: the write thread vs. `release`
+        self._segments: list[Segment] = []  # oldest first; the last may be `_current`
+        self._current: Segment | None = None
+        self._seq = 0
+        self._queue: list[tuple[bytes, Durable | None, asyncio.Future[int]]] = []
+        self._writer_task: asyncio.Task[None] | None = None
+        self._prefix = f"{os.getpid()}-{secrets.token_hex(3)}"
+        self._n = 0
+        self.appends = 0  # records written (tests, benchmarks)
+        self.syncs = 0  # write+fdatasync groups that carried them
+
+    # -- reading at start ------------------------------------------------------------------
+    def load(self) -> Loaded:
+        """Read every segment (blocking: call it in a thread). A writer claims the orphans
+        (segments no live process holds): they are deleted once `release` says their
+        records are applied. Records get sequence numbers in segment order."""
+        out = Loaded()
+        if not self.dir.is_dir():
+            return out
+        mine = {s.path for s in self._segments}
+        for path in sorted(self.dir.glob(f"*{SUFFIX}")):
+            if path in mine:
+                continue
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:  # its writer applied and deleted it just now
+                continue
+            claimed = self.writer and _try_lock(fd)
+            try:
+                with open(fd, "rb", closefd=False) as f:
+                    data = f.read()
+            except OSError:
+                os.close(fd)
+                raise
+            payloads, good, how = parse(data)
+            out.segments += 1
+            if how == "corrupt":
+                out.corrupt += 1
+                log.error("wal_corrupt", segment=path.name, offset=good, kept=len(payloads),
+                          size=len(data))
+            elif how == "torn":
+                out.torn += 1
+                log.warning("wal_torn_tail", segment=path.name, offset=good, size=len(data))
+            seg = Segment(path, fd if claimed else None, size=good, owned=claimed,
+                          corrupt=how == "corrupt")
+            if not claimed:
+                os.close(fd)
+            for p in payloads:
+                self._seq += 1
+                out.records.append((self._seq, p))
+            seg.last_seq = self._seq
+            if claimed:
+                out.claimed += 1
+                with self._lock:
+                    self._segments.append(seg)
+        return out
+
+    # -- appending -------------------------------------------------------------------------
+    async def append(self, payload: bytes, durable: Durable | None = None) -> int:
+        """Durable (fsynced) when it returns; its sequence number. Raises the OSError of a
+        write or sync that failed (nothing of this append is acknowledged then).
+
+        `durable(seq)` runs once the record is synced, before `append` returns and in
+        sequence order across appends (callers may resume in any order), so whoever
+        tracks what is applied never sees a later record before an earlier one."""
+        if not self.writer:
+            raise PermissionError(errno.EROFS, "this log was opened read-only")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        fut.add_done_callback(_retrieve)  # a caller that left never reads its outcome
+        self._queue.append((frame(payload), durable, fut))
+        if self._writer_task is None or self._writer_task.done():
+            self._writer_task = loop.create_task(self._write_queued(), name="wal-writer")
+        return await asyncio.shield(fut)  # a caller that leaves does not cancel the group
+
+    async def _write_queued(self) -> None:
+        while self._queue:
+            batch = self._queue[:]
+            del self._queue[:]
+            first = self._seq + 1
+            self._seq += len(batch)
+            try:
+                await asyncio.to_thread(self._write, b"".join(d for d, _, _ in batch),
+                                        self._seq)
+            except Exception as exc:
+                for _, _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            self.appends += len(batch)
+            for i, (_, durable, fut) in enumerate(batch):
+                if durable is not None:
+                    try:
+                        durable(first + i)
+                    except Exception:  # the record is synced all the same
+                        log.exception("wal_durable_callback_failed", seq=first + i)
+                if not fut.done():
+                    fut.set_result(first + i)
+
+    def _write(self, data: bytes, last_seq: int) -> None:
+        with self._lock:
+            seg = self._current
+            if seg is None or seg.size >= self.segment_bytes:
+                seg = self._open_segment()
+            assert seg.fd is not None
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(seg.fd, view):]
+                _sync(seg.fd)
+            except BaseException:
+                self._retire(seg)
+                raise
+            seg.size += len(data)
+            seg.last_seq = last_seq
+            self.syncs += 1
+
+    def _open_segment(self) -> Segment:
+        """A new segment, created, locked, headed and synced with its directory entry."""
+        if self._current is not None:  # full: keep it (locked) until it is applied
+            self._current = None
+        made_dir = not self.dir.is_dir()
+        if made_dir:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        self._n += 1
+        path = self.dir / f"{int(time.time() * 1000):013d}-{self._prefix}-{self._n:06d}{SUFFIX}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        seg = Segment(path, fd, last_seq=0, size=0)
+        try:
+            if not _try_lock(fd):
+                raise BlockingIOError(errno.EWOULDBLOCK, f"{path} is locked")
+            os.write(fd, MAGIC)
+            _sync(fd)
+            _sync_dir(self.dir)
+            if made_dir:
+                _sync_dir(self.dir.parent)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise
+        seg.size = len(MAGIC)
+        self._segments.append(seg)
+        self._current = seg
+        return seg
+
+    def _retire(self, seg: Segment) -> None:
+        """After a failed write: cut the segment back to its last good record, close it.
+        Its good records stay (deleted once applied); the next append opens a new one."""
+        if self._current is seg:
+            self._current = None
+        if seg.fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(seg.fd, seg.size)
+                _sync(seg.fd)
+        if seg.last_seq == 0:  # nothing acknowledged in it
+            self._drop(seg)
+
+    # -- after replay ----------------------------------------------------------------------
+    async def release(self, applied_seq: int) -> None:
+        """Every record up to `applied_seq` is in LanceDB: delete the segments that hold
+        nothing newer; close the open one too if it is fully applied."""
+        await asyncio.to_thread(self._release, applied_seq)
+
+    def _release(self, applied_seq: int) -> None:
+        with self._lock:
+            for seg in list(self._segments):
+                if seg.last_seq <= applied_seq and (seg is not self._current
+                                                    or seg.last_seq == self._seq):
+                    if seg is self._current:
+                        self._current = None
+                    self._drop(seg)
+
+    def _drop(self, seg: Segment) -> None:
+        if seg.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(seg.fd)
+            seg.fd = None
+        try:
+            if seg.corrupt:
+                seg.path.rename(seg.path.with_name(seg.path.name + ".corrupt"))
+            else:
+                seg.path.unlink(missing_ok=True)
+        except OSError as exc:  # a read-only directory: replayed again (idempotent) later
+            log.warning("wal_delete_failed", segment=seg.path.name, error=type(exc).__name__)
+        if seg in self._segments:
+            self._segments.remove(seg)
+
+    @property
+    def open_segments(self) -> int:
+        return len(self._segments)
+
+    def files(self) -> Iterator[Path]:
+        return iter(sorted(self.dir.glob(f"*{SUFFIX}"))) if self.dir.is_dir() else iter(())
+
+    async def close(self) -> None:
+        """Wait for appends in flight; close (and unlock) every segment, deleting none:
+        what is not applied yet is replayed by the next writer to open this log."""
+        task = self._writer_task
+        if task is not None and not task.done():
+            with contextlib.suppress(Exception):
+                await task
+        with self._lock:
+            for seg in self._segments:
+                if seg.fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(seg.fd)
+                    seg.fd = None
+            self._segments.clear()
+            self._current = None
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _retrieve(fut: asyncio.Future[int]) -> None:
+    if not fut.cancelled():
+        fut.exception()
