@@ -39,6 +39,9 @@ class Conversation:
     turn: int  # current turn t
     groups: dict[int, list[int]] = field(default_factory=dict)  # head index -> result indices
 
+    def prefix(self, messages: Sequence[dict[str, Any]]) -> Prefix:
+        return Prefix(messages, [p.info for p in self.parts])
+
 
 class Chunker:
     def __init__(self, analyzer: MessageAnalyzer, settings: ClassificationSettings) -> None:
@@ -46,14 +49,19 @@ class Chunker:
         self.settings = settings
         self._rules = [(r, re.compile(r.pattern) if r.pattern else None) for r in settings.rules]
 
-    def split(self, messages: Sequence[dict[str, Any]]) -> Conversation:
+    def split(self, messages: Sequence[dict[str, Any]],
+              prev: Prefix | None = None) -> Conversation:
+        """`prev`: the session's previous request and its infos; a message equal to the one
+        at the same position there reuses its info (dict equality runs in C, and skips the
+        serialise-and-hash that finding a cached info costs)."""
+        infos = _infos(self.analyzer, messages, prev)
         parts: list[Part] = []
         seen: dict[str, int] = {}
         groups: dict[int, list[int]] = {}
         call_owner: dict[str, tuple[int, str]] = {}  # tool_call_id -> (head index, fn name)
         turn = 0
         for i, msg in enumerate(messages):
-            info = self.analyzer.info(msg)
+            info = infos[i]
             k = seen.get(info.fp, 0)
             seen[info.fp] = k + 1
             cid = info.fp if k == 0 else f"{info.fp}~{k}"
@@ -124,6 +132,27 @@ class Chunker:
                 klass = S  # text inside a tool result never promotes itself to PERMANENT
             p.chunk.klass = klass
             return
+
+
+@dataclass(slots=True)
+class Prefix:
+    """The messages of a session's previous request and their infos."""
+
+    messages: Sequence[dict[str, Any]]
+    infos: list[MsgInfo]
+
+
+def _infos(analyzer: MessageAnalyzer, messages: Sequence[dict[str, Any]],
+           prev: Prefix | None) -> list[MsgInfo]:
+    out: list[MsgInfo] = []
+    if prev is not None:
+        old, known = prev.messages, prev.infos
+        for i in range(min(len(old), len(messages))):
+            if messages[i] != old[i]:
+                break
+            out.append(known[i])
+    out += [analyzer.info(m) for m in messages[len(out):]]
+    return out
 
 
 def _origin(role: str) -> str:

@@ -133,7 +133,8 @@ class Pipeline:
         assemble → offload and log (one durable store call) → the body to forward."""
         messages: list[dict[str, Any]] = body["messages"]
         # chunk: classes, turns, references, tool-call groups
-        conv = rt.chunker.split(messages)
+        conv = rt.chunker.split(messages, state.prefix)
+        state.prefix = conv.prefix(messages)
         for p in conv.parts:  # a recall counts as a reference (RWOE's boost)
             extra = state.recall_refs.get(p.chunk.id)
             if extra:

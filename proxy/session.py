@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.analysis import text_of
+from proxy.chunking import Prefix
 from proxy.errors import InvalidRequest
 from proxy.recall import ChunkMeta
 from store.relevance import RelevanceIndex
@@ -50,6 +51,7 @@ class SessionState:
     # every chunk this session has shown us, in context or evicted (recall, RWOE's cos)
     index: RelevanceIndex = field(default_factory=RelevanceIndex)
     meta: dict[str, ChunkMeta] = field(default_factory=dict)
+    prefix: Prefix | None = None  # the previous request, to skip re-analysing its messages
 
 
 class Sessions:
