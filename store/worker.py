@@ -1,11 +1,11 @@
-"""The one background task that embeds what `offload` already made durable.
+"""The one background task that embeds what `record` already made durable.
 
 Why a separate worker: MiniLM costs tens of milliseconds per passage on a small CPU, and
 a request must not wait for it; `record` returns once the raw chunk is durable (in the
-write-ahead log) and only hands the chunk over here. The hand-over is a hint, not the source of truth: the
-queue is bounded, and when it overflows, when a write fails, or at start-up after a
-crash, the worker re-scans the store for chunks that have no passages yet (`scan`), so
-nothing durable is ever left unembedded for long.
+write-ahead log) and only hands the chunk over here. The hand-over is a hint, not the
+source of truth: the queue is bounded, and when it overflows, when a write fails, or at
+start-up after a crash, the worker re-scans the store for chunks that have no passages
+yet (`scan`: the log's, then LanceDB's), so nothing durable is left unembedded for long.
 """
 
 from __future__ import annotations

@@ -1,0 +1,191 @@
+"""LanceStore over its write-ahead log: logged rows are read before LanceDB has them, a log
+that cannot be written refuses (503 through the app, nothing forwarded, nothing stored),
+and a failing LanceDB only delays the replay (200 through the app, lands later)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import store.wal
+from store import schema as S
+from store.base import Event, EvictedChunk
+from store.errors import StoreUnavailable
+from store.lance import LanceStore
+from tests.support.openai_server import UpstreamServer
+from tests.test_faults import CHAT, STUB, ClientFactory, chat, config, make
+from tests.test_proxy import long_session
+from tests.test_store import read_only
+from tests.test_wal import FakeEmbedder
+
+
+def chunk(cid: str, session: str = "s1", tenant: str = "acme") -> EvictedChunk:
+    return EvictedChunk(tenant, session, cid, 3, "tool", "TRANSIENT", 20, f"text of {cid}")
+
+
+def event(cid: str, turn: int = 3, action: str = "evict", session: str = "s1") -> Event:
+    return Event("acme", session, turn, cid, "TRANSIENT", 20, 0.2, action, "lowest EFV", "rwoe")
+
+
+async def lance_rows(store: LanceStore, table: str) -> int:
+    return int(await store._tables[table].count_rows())
+
+
+@contextlib.contextmanager
+def failing_sync(exc: OSError) -> Iterator[None]:
+    """The disk refuses the log's fdatasync (full, an I/O error)."""
+    def refuse(_fd: int) -> None:
+        raise exc
+
+    real = store.wal._sync
+    store.wal._sync = refuse
+    try:
+        yield
+    finally:
+        store.wal._sync = real
+
+
+@contextlib.contextmanager
+def failing_lancedb(lance: LanceStore, table: str) -> Iterator[None]:
+    tbl = lance._tables[table]
+
+    def refuse(*_args: Any, **_kw: Any) -> Any:
+        raise RuntimeError("lance error: simulated I/O failure")
+
+    tbl.merge_insert = refuse
+    try:
+        yield
+    finally:
+        del tbl.merge_insert
+
+
+async def test_logged_rows_are_read_before_lancedb_has_them(tmp_path: Path) -> None:
+    first = LanceStore(tmp_path / "db", FakeEmbedder(), replay=False)
+    await first.record([chunk("c1"), chunk("c2"), chunk("c9", session="s2")],
+                       [event("c1"), event("c2"), event("c9", session="s2")])
+    await first.log([event("c2", 5, "restore")])
+    assert await lance_rows(first, S.CHUNKS) == await lance_rows(first, S.EVENTS) == 0
+    assert await first.evicted_ids("acme", "s1") == {"c1"}
+    assert [(e.chunk_id, e.action) for e in await first.events("acme", "s1")] == [
+        ("c1", "evict"), ("c2", "evict"), ("c2", "restore")]
+    assert [c.text for c in await first.fetch("acme", "s1", ["c2", "nope", "c1"])] == [
+        "text of c2", "text of c1"]
+    assert {s["session"]: s["events"] for s in await first.sessions("acme")} == {"s1": 3,
+                                                                                 "s2": 1}
+    stats = await first.stats()
+    assert (stats["chunks"], stats["events"], stats["wal_pending"]) == (3, 4, 2)
+    events = await first.events("acme", "s1")
+    await first.close()
+
+    again = LanceStore(tmp_path / "db", FakeEmbedder())  # replays what the first left
+    assert await again.events("acme", "s1") == events  # at once, replayed or not
+    await again.flush(30)
+    assert await lance_rows(again, S.CHUNKS) == 3 and await lance_rows(again, S.EVENTS) == 4
+    assert await again.events("acme", "s1") == events
+    stats = await again.stats()
+    assert (stats["chunks"], stats["events"], stats["wal_pending"]) == (3, 4, 0)
+    assert list(again.journal.wal.files()) == []
+    await again.close()
+
+
+async def test_a_log_that_cannot_be_synced_refuses_and_keeps_nothing(tmp_path: Path) -> None:
+    first = LanceStore(tmp_path / "db", FakeEmbedder(), replay=False)
+    await first.record([chunk("c1")], [event("c1")])
+    with failing_sync(OSError(errno.ENOSPC, "No space left on device")):
+        with pytest.raises(StoreUnavailable) as err:
+            await first.record([chunk("c2")], [event("c2")])
+        assert "cannot store evicted chunks" in err.value.message
+        with pytest.raises(StoreUnavailable):
+            await first.log([event("c3")])
+    assert await first.evicted_ids("acme", "s1") == {"c1"}  # nothing of the refused calls
+    assert await first.fetch("acme", "s1", ["c2"]) == []
+    await first.record([chunk("c4")], [event("c4")])  # the disk is back: a new segment
+    await first.close()
+    again = LanceStore(tmp_path / "db", FakeEmbedder())
+    assert await again.evicted_ids("acme", "s1") == {"c1", "c4"}
+    await again.flush(30)
+    assert await lance_rows(again, S.CHUNKS) == 2 and await lance_rows(again, S.EVENTS) == 2
+    await again.close()
+
+
+async def test_a_failing_lancedb_only_delays_the_replay(tmp_path: Path) -> None:
+    lance = LanceStore(tmp_path / "db", FakeEmbedder())
+    await lance.record([chunk("c0")], [event("c0")])
+    await lance.flush(30)
+    with failing_lancedb(lance, S.CHUNKS):
+        await lance.record([chunk("c1")], [event("c1")])  # durable in the log: no error
+        assert await lance.evicted_ids("acme", "s1") == {"c0", "c1"}
+        for _ in range(200):  # the replayer tries, fails, backs off
+            if lance.journal.failures:
+                break
+            await asyncio.sleep(0.02)
+        assert lance.journal.failures >= 1 and (await lance.stats())["wal_pending"] == 1
+    await lance.flush(30)  # the retry lands it
+    assert await lance_rows(lance, S.CHUNKS) == 2 and await lance_rows(lance, S.EVENTS) == 2
+    assert [c.chunk_id for c in await lance.fetch("acme", "s1", ["c1"])] == ["c1"]
+    await lance.close()
+
+
+# --- through the app --------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["read_only", "full"])
+async def test_an_unwritable_log_answers_503_and_forwards_nothing(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer, tmp_path: Path,
+        kind: str) -> None:
+    db = tmp_path / "db"
+    lance = LanceStore(db, FakeEmbedder())
+    client = await make(aiohttp_client, config(upstream.url, str(db)), lance)
+    assert (await client.post(CHAT, json=chat())).status == 200  # the store is open
+    sid = {"X-Session-ID": "s-fault"}
+    msgs = {"model": "t-1", "messages": long_session(14)}
+    forwarded = len(upstream.history)
+    fault = (read_only(db) if kind == "read_only"
+             else failing_sync(OSError(errno.ENOSPC, "No space left on device")))
+    with fault:
+        refused = await client.post(CHAT, json=msgs, headers=sid)
+        assert refused.status == 503
+        err = (await refused.json())["error"]
+        assert (err["type"], err["code"]) == ("store_error", "store_unavailable")
+        assert err["message"].endswith("nothing was dropped from the conversation.")
+        assert len(upstream.history) == forwarded  # nothing went out without its chunks
+        assert (await client.get("/healthz")).status == 200
+        assert (await client.post(CHAT, json=chat(text="no eviction needed"))).status == 200
+    assert await lance.events("default", "s-fault") == []
+    retried = await client.post(CHAT, json=msgs, headers=sid)
+    assert retried.status == 200 and int(retried.headers["X-Ctxwarden-Evicted"]) > 0
+    await held_back_landed(lance, upstream, retried.headers["X-Ctxwarden-Evicted"])
+
+
+async def test_a_failing_lancedb_behind_the_log_answers_200_and_lands_later(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer, tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    lance = LanceStore(db, FakeEmbedder())
+    client = await make(aiohttp_client, config(upstream.url, str(db)), lance)
+    assert (await client.post(CHAT, json=chat())).status == 200
+    msgs = {"model": "t-1", "messages": long_session(14)}
+    with failing_lancedb(lance, S.CHUNKS), failing_lancedb(lance, S.EVENTS):
+        resp = await client.post(CHAT, json=msgs, headers={"X-Session-ID": "s-fault"})
+        assert resp.status == 200 and int(resp.headers["X-Ctxwarden-Evicted"]) > 0
+        assert await lance_rows(lance, S.CHUNKS) == 0  # LanceDB has none of it yet
+        await held_back_landed(lance, upstream, resp.headers["X-Ctxwarden-Evicted"])
+    await lance.flush(30)
+    assert await lance_rows(lance, S.CHUNKS) > 0 and (await lance.stats())["wal_pending"] == 0
+    await held_back_landed(lance, upstream, resp.headers["X-Ctxwarden-Evicted"])
+
+
+async def held_back_landed(lance: LanceStore, upstream: UpstreamServer, count: str) -> None:
+    """Every stub the upstream saw is an evict event of the session and a stored chunk."""
+    sent = orjson.dumps(upstream.history[-1].body).decode()
+    stubs = STUB.findall(sent)
+    evicted = [e.chunk_id for e in await lance.events("default", "s-fault")
+               if e.action == "evict"]
+    assert len(evicted) == len(set(evicted)) == int(count)
+    assert stubs and set(stubs) <= set(evicted)
+    stored = await lance.fetch("default", "s-fault", evicted)
+    assert [c.chunk_id for c in stored] == evicted and all(c.text for c in stored)
