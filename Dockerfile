@@ -31,7 +31,7 @@ COPY proxy ./proxy
 COPY policies ./policies
 COPY store ./store
 COPY config.yaml ./config.yaml
-# The inspector's static files (proxy/ui) ship as package data (pyproject.toml).
+# The inspector's static files (proxy/admin/ui) ship as package data (pyproject.toml).
 RUN pip install --no-deps . \
  && useradd --create-home --uid 10001 ctxwarden \
  && mkdir -p /data && chown 10001:10001 /data

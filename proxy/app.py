@@ -7,11 +7,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import structlog
 from aiohttp import web
 
-from proxy import handlers
+from proxy import admin, handlers
 from proxy.auth import setup_auth
 from proxy.config import Settings
 from proxy.errors import ProxyError, RouteNotFound
 from proxy.keys import PIPELINE, SETTINGS, STORE, UPSTREAM
+from proxy.metrics import setup_metrics
 from proxy.pipeline import Pipeline
 from proxy.upstream import Upstream
 from store.base import MemoryStore, Store
@@ -87,15 +88,8 @@ def init_app(settings: Settings, store: Store | None = None,
     app.router.add_post("/chat/completions", handlers.chat_completions)
     app.router.add_get("/v1/models", handlers.models)
     app.router.add_get("/healthz", handlers.healthz)
-    try:
-        from proxy.admin import setup_admin
-    except ImportError:  # pragma: no cover - the admin API ships with the store
-        pass
-    else:
-        setup_admin(app)
-    from proxy.admin_detail import setup_detail
-    from proxy.metrics import setup_metrics
-
     setup_metrics(app)  # GET /metrics, request counts, store and upstream timings
-    setup_detail(app)  # the inspector: /ui, /admin/turns, /admin/chunk, /admin/store
+    # /admin/evictions, /admin/sessions, and the inspector: /ui, /admin/turns, /admin/chunk,
+    # /admin/store. Order matters: the inspector's drain runs before the store closes.
+    admin.setup(app)
     return app

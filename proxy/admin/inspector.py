@@ -10,10 +10,10 @@
         the exact offloaded text (the store keeps it whole); with `turn`, the query that
         recalled the chunk at that turn, when it was recalled then.
     GET /admin/store              → {"store", "backlog", "rows"}: what is still being embedded
-    GET /ui                       → the inspector (static files in proxy/ui, no build step)
+    GET /ui                       → the inspector (static files in proxy/admin/ui, no build step)
 
-Why a module beside `proxy.admin`: these are the inspector's reads; they take the tenant
-from `proxy.admin.tenant_of`, so the admin key and tenant rules apply to them unchanged.
+Why a module beside `proxy.admin.api`: these are the inspector's reads; they take the
+tenant from `api.tenant_of`, so the admin key and tenant rules apply to them unchanged.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from proxy.admin import tenant_of
+from proxy.admin.api import tenant_of
 from proxy.errors import InvalidRequest, RouteNotFound
 from proxy.keys import PIPELINE, STORE
 from proxy.turnlog import parse
@@ -113,7 +113,7 @@ async def _csp(request: web.Request, response: web.StreamResponse) -> None:
         response.headers["Cache-Control"] = "no-cache"
 
 
-def setup_detail(app: web.Application) -> None:
+def setup_inspector(app: web.Application) -> None:
     app.router.add_get("/admin/turns", turns)
     app.router.add_get("/admin/chunk", chunk)
     app.router.add_get("/admin/store", store_state)
