@@ -19,9 +19,9 @@ from proxy.config import ConfigError, Settings, load_settings
 from proxy.keys import STORE
 from store.base import MemoryStore
 from tests.helpers import user
+from tests.support.openai_server import UpstreamServer
 from tests.test_proxy import long_session
 from tests.test_recall import ASK, NEEDLE_ID, file_listing, session
-from tests.support.openai_server import UpstreamServer
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 CHAT = "/v1/chat/completions"

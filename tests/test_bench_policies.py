@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from bench.cli import main
 from bench.policies.experiment import KEYS, policy_names, run
 from bench.policies.references import Belady, Informed, brute_force, optimum
 from bench.policies.replay import ReplayRow, _misses, _RareCache
@@ -28,7 +29,6 @@ from bench.policies.workload import (
 from bench.replay import requests_of
 from policies import get_policy
 from policies.base import ChunkClass
-from proxy.cli import main
 from tests.helpers import assistant, call, tool, user
 
 P, S, T, E = (ChunkClass.PERMANENT, ChunkClass.STRUCTURAL, ChunkClass.TRANSIENT,
@@ -156,7 +156,7 @@ def test_a_fixed_seed_reproduces_the_committed_table() -> None:
 def test_cli_writes_policies_json_markdown_and_chart(tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "tmp"
-    assert main(["bench", "policies", "--sessions", "5", "--out", str(out)]) == 0
+    assert main(["policies", "--sessions", "5", "--out", str(out)]) == 0
     rows = json.loads((out / "policies.json").read_text())
     assert all(tuple(r) == KEYS for r in rows)
     names = [r["policy"] for r in rows]
@@ -175,18 +175,18 @@ def test_cli_writes_policies_json_markdown_and_chart(tmp_path: Path,
 
 def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["bench", "policies", "--budget-ratio", "1.5"])
+        main(["policies", "--budget-ratio", "1.5"])
     assert exc.value.code == 2
     assert "must be in (0, 1], got 1.5" in capsys.readouterr().err
-    assert main(["bench", "policies", "--set", "turns=x"]) == 2
+    assert main(["policies", "--set", "turns=x"]) == 2
     assert capsys.readouterr().err == "ctxwarden: --set 'turns=x': 'x' is not a int\n"
-    assert main(["bench", "policies", "--variant", 'x=rwoe:{"bogus": 1}']) == 2
+    assert main(["policies", "--variant", 'x=rwoe:{"bogus": 1}']) == 2
     assert "--variant x: RWOE.__init__() got an unexpected keyword argument 'bogus'" in (
         capsys.readouterr().err)
 
 
 def test_cli_variant_runs_a_policy_with_parameters(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "policies", "--sessions", "4", "--workload", "adversarial",
+    assert main(["policies", "--sessions", "4", "--workload", "adversarial",
                  "--variant", 'rwoe-sw0=rwoe:{"semantic_weight": 0}']) == 0
     rows = {ln.split()[0]: ln.split()[1:] for ln in capsys.readouterr().out.splitlines()[3:]}
     # the same sessions without the similarity term: a different ranking, a different score
@@ -211,7 +211,7 @@ def test_a_reply_reusing_an_evicted_id_is_a_reference_miss() -> None:
 
 def test_cli_replay_runs_real_trajectories_through_the_pipeline(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "replay", "--trajectories", str(TAU), "--window", "3000",
+    assert main(["replay", "--trajectories", str(TAU), "--window", "3000",
                  "--limit", "6", "--recall", "off", "--policies", "none,lru,rwoe",
                  "--out", str(tmp_path)]) == 0
     rows = {r["policy"]: r for r in json.loads((tmp_path / "replay.json").read_text())}

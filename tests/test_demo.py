@@ -13,7 +13,7 @@ import pytest
 import structlog
 
 from proxy.cli import main
-from proxy.demo_script import STEPS
+from proxy.cli.demo_script import STEPS
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -30,10 +30,10 @@ from store.base import EvictedChunk, MemoryStore, Store
 from store.embed import get_embedder
 from store.lance import LanceStore
 from tests.helpers import assistant, call, filler, tool, user
+from tests.support.openai_server import UpstreamServer
 from tests.test_proxy import long_session
 from tests.test_store import read_only
 from tests.test_upstream import closed_port, parse_sse
-from tests.support.openai_server import UpstreamServer
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,11 +12,11 @@ from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.app import init_app
+from proxy.cli.demo import drive
 from proxy.config import load_settings
-from proxy.democmd import drive
 from store.base import MemoryStore
-from tests.test_proxy import long_session, settings_for
 from tests.support.openai_server import UpstreamServer
+from tests.test_proxy import long_session, settings_for
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 ROOT = Path(__file__).resolve().parent.parent

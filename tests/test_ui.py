@@ -19,9 +19,9 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from proxy.app import init_app
+from proxy.cli.demo import drive
+from proxy.cli.demo_script import ADR, LATE_QUESTION
 from proxy.config import load_settings
-from proxy.demo_script import ADR, LATE_QUESTION
-from proxy.democmd import drive
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("CTXWARDEN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"

@@ -1,19 +1,15 @@
-"""`ctxwarden` command line: `serve`, plus the subcommands other modules register."""
+"""`ctxwarden serve`: run the proxy; and the logging every command sets up."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
-from collections.abc import Sequence
+from typing import Any
 
 import structlog
 
 from proxy.config import ConfigError, load_settings
-
-# Each module has `add_parser(subparsers)`; a new subcommand is one line here.
-SUBCOMMANDS: tuple[str, ...] = ("proxy.logcmd", "proxy.democmd", "proxy.benchcmd")
 
 
 def configure_logging(json: bool = True, level: int = logging.INFO) -> None:
@@ -60,24 +56,10 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ctxwarden", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("serve", help="run the proxy")
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("serve", help="run the proxy")
     p.add_argument("--config", default="config.yaml", help="YAML config (default config.yaml)")
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="port (default 8787)")
     p.add_argument("--pretty", action="store_true", help="human-readable log lines")
     p.set_defaults(func=serve)
-    for name in SUBCOMMANDS:
-        importlib.import_module(name).add_parser(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

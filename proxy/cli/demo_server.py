@@ -9,13 +9,26 @@ the server does.
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import aiohttp
+import structlog
 from aiohttp import web
 
-from proxy.democmd import DEFAULT_URL, DemoError, quiet_server_logs
+DEFAULT_URL = "http://127.0.0.1:8787"
+
+
+class DemoError(Exception):
+    """The demo cannot go on; the message says why and what to do."""
+
+
+def quiet_server_logs() -> None:
+    """With --start the proxy's request lines would bury the demo's table: warnings only."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+                        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 
 
 def _base(url: str) -> str:

@@ -1,6 +1,6 @@
 """`ctxwarden demo [--url URL] [--start]`: watch the proxy evict and recall, turn by turn.
 
-Plays a scripted coding-agent session (proxy/demo_script.py) against a running proxy, or
+Plays a scripted coding-agent session (proxy/cli/demo_script.py) against a running proxy, or
 with `--start` against one it starts in this process on the config's demo route (LiteLLM
 mock, window 1200: no key, no network). After each request it reads what the proxy did
 from the same admin API the inspector uses (`/admin/evictions`, `/admin/turns`), prints
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import secrets
 import sys
@@ -21,15 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import aiohttp
-import structlog
 
-from proxy.demo_script import STEPS, SYSTEM, Step
-
-DEFAULT_URL = "http://127.0.0.1:8787"
-
-
-class DemoError(Exception):
-    """The demo cannot go on; the message says why and what to do."""
+from proxy.cli.demo_script import STEPS, SYSTEM, Step
+from proxy.cli.demo_server import DEFAULT_URL, DemoError, started
 
 
 @dataclass
@@ -77,8 +70,6 @@ def _bearer(key: str | None) -> dict[str, str]:
 
 
 async def _main(args: argparse.Namespace, out: TextIO) -> None:
-    from proxy.demoserve import started
-
     async with started(args) as url, aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=120)) as http:
         session = args.session or f"demo-{secrets.token_hex(4)}"
@@ -189,9 +180,3 @@ def _totals(r: DemoResult) -> str:
             f"model's last answer: {r.reply}\n"
             f"decision log: ctxwarden log --session {r.session}\n"
             f"inspector: {r.url}/ui/#session={r.session}\n")
-
-
-def quiet_server_logs() -> None:
-    """With --start the proxy's request lines would bury the demo's table: warnings only."""
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-                        logger_factory=structlog.PrintLoggerFactory(sys.stderr))

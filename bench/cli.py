@@ -1,37 +1,25 @@
-"""`ctxwarden bench policies|replay`: the eviction-policy benchmarks from the command line.
+"""The eviction-policy benchmarks from the command line (`ctxwarden bench` runs this).
 
-    ctxwarden bench policies [--workload uniform|adversarial] [--sessions N] [--seed S]
-                             [--budget-ratio R] [--chart-sessions M] [--out DIR]
-    ctxwarden bench replay --trajectories FILE --window N [--policies a,b] [--limit N]
-                           [--recall off|on|both] [--recall-limit K] [--out DIR]
+    python -m bench.cli policies [--workload uniform|adversarial] [--sessions N] [--seed S]
+                                 [--budget-ratio R] [--chart-sessions M] [--out DIR]
+    python -m bench.cli replay --trajectories FILE --window N [--policies a,b] [--limit N]
+                               [--recall off|on|both] [--recall-limit K] [--out DIR]
 
-Why here and not only in `make bench`: anyone can rerun a figure from docs/ with a
+Why a command and not only `make bench`: anyone can rerun a figure from docs/ with a
 different seed, size or budget and get the same table for the same arguments (the
-timing column aside). The code lives in bench/policies/, which ships with the source
-tree, not with the installed package; it is imported from the checkout this module
-belongs to.
+timing column aside). In a checkout, `ctxwarden bench ARGS` is the same command: the
+installed proxy runs this module as a separate process (proxy/cli/bench.py), since the
+product never imports bench/.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _bench(module: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("bench", "bench.policies") or not (ROOT / "bench").is_dir():
-            raise
-        sys.path.insert(0, str(ROOT))  # an editable install maps proxy/, not bench/
-        return importlib.import_module(module)
 
 
 def _positive(text: str) -> int:
@@ -67,8 +55,9 @@ VARIANT_HELP = ("also run a registered policy with parameters, as LABEL=POLICY:J
                 "(e.g. 'rwoe-sw0=rwoe:{\"semantic_weight\": 0}'); repeatable")
 
 
-def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("bench", help="benchmark the eviction policies")
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ctxwarden bench",
+                                description="benchmark the eviction policies")
     sub = p.add_subparsers(dest="bench", required=True)
     pol = sub.add_parser("policies", help="RWOE paper experiments vs Bélády and the optimum")
     pol.add_argument("--workload", choices=("uniform", "adversarial"), default="uniform")
@@ -100,12 +89,21 @@ def add_parser(subparsers: Any) -> None:
     rep.add_argument("--variant", type=_variant, action="append", default=[], help=VARIANT_HELP)
     rep.add_argument("--out", type=Path, default=None, help="write replay.json and replay.md")
     rep.set_defaults(func=run_replay)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
 
 
 def run_policies(args: argparse.Namespace) -> int:
-    exp_mod = _bench("bench.policies.experiment")
-    report = _bench("bench.policies.report")
-    params = _bench("bench.policies.workload").WORKLOADS[args.workload]
+    # Imported when a command runs, not at import: scipy and matplotlib take seconds to load.
+    from bench.policies import experiment as exp_mod
+    from bench.policies import report
+    from bench.policies.workload import WORKLOADS
+
+    params = WORKLOADS[args.workload]
     if args.budget_ratio is not None:
         params = params.with_(budget_ratio=args.budget_ratio)
     try:
@@ -163,9 +161,10 @@ def _valid(variants: list[tuple[str, str, dict[str, Any]]]) -> bool:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    exp_mod = _bench("bench.policies.experiment")
-    replay = _bench("bench.policies.replay").replay
-    table = _bench("bench.policies").replay_table
+    from bench.policies import experiment as exp_mod
+    from bench.policies import replay_table as table
+    from bench.policies.replay import replay
+
     if not _valid(args.variant):
         return 2
     try:
@@ -190,3 +189,7 @@ def run_replay(args: argparse.Namespace) -> int:
         (args.out / "replay.json").write_text(json.dumps(rows, indent=2) + "\n")
         (args.out / "replay.md").write_text(table(rows))
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
