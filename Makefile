@@ -42,10 +42,12 @@ browser:
 demo: install
 	$(BIN)/ctxwarden demo --start --config $(CONFIG)
 
+# ruff, mypy, the Dockerfile, and the package boundaries (pyproject.toml [tool.importlinter]).
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile
+	$(BIN)/lint-imports --no-logo
 
 bench: install
 	$(BIN)/python -m bench.run --out docs/benchmarks.md
@@ -56,4 +58,4 @@ bench-load: install
 	$(BIN)/python -m bench.load --update docs/reliability.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
