@@ -38,6 +38,11 @@ class Fit:
     permanent_tokens: int = 0
     cuts: dict[str, str] = field(default_factory=dict)  # chunk id -> head-and-tail text
     cut_parts: list[Part] = field(default_factory=list)
+    restored: list[Decision] = field(default_factory=list)  # sticky evictions taken back
+
+
+RESTORE_ROOM = 0.10  # of the budget free below the watermark before anything is restored
+RESTORE_REASON = "room returned: restored, most valuable first, below the watermark"
 
 
 CUT_MARKER = ("[ctxwarden: {cut} tokens cut from the middle of this {what} to fit the "
@@ -98,19 +103,29 @@ class Fitter:
         if total > budget:
             candidates = [p.chunk for p in parts if p.chunk.id not in evicted]
             ranking = policy.rank(candidates, ctx)
-            deferred: list[Ranked] = []
+            deferred: dict[str, Ranked] = {}
             for r in ranking:
                 if total <= target:
                     break
                 part = by_id[r.chunk.id]
                 if part.role == "assistant" and part.group is not None:
                     if not self._group_evictable(conv, part, evicted, whole=False):
-                        deferred.append(r)
+                        deferred[part.chunk.id] = r
                         continue
                 elif part.group is not None and part.chunk.tokens <= self.stub_cost(part):
                     continue  # a stub would cost as much as the result
                 total = self._evict(conv, part, r, policy, fit, total)
-            for r in deferred:  # still over: drop whole groups, in ranking order
+                if part.role == "tool" and part.group is not None and total > target:
+                    # Its call was passed over while a result stood; once every result is a
+                    # stub, the call (ranked lower than this) goes before anything ranked
+                    # higher: otherwise stubs fill the room and user messages go first.
+                    head = parts[part.group]
+                    ready = deferred.get(head.chunk.id)
+                    if ready is not None and self._group_evictable(conv, head, evicted,
+                                                                   whole=False):
+                        del deferred[head.chunk.id]
+                        total = self._evict(conv, head, ready, policy, fit, total)
+            for r in deferred.values():  # still over: drop whole groups, in ranking order
                 if total <= target:
                     break
                 head = by_id[r.chunk.id]
@@ -120,7 +135,37 @@ class Fitter:
                             total = self._evict(conv, parts[j], r, policy, fit, total)
                     total = self._evict(conv, head, r, policy, fit, total)
         fit.tokens = total
+        if budget - total >= budget - target + RESTORE_ROOM * budget:
+            self._restore(conv, fit, target, policy, ctx)
         return fit
+
+    def _restore(self, conv: Conversation, fit: Fit, target: int, policy: Policy,
+                 ctx: PolicyContext) -> None:
+        """After a spike (a huge tool output that had to push everything out) the room comes
+        back, but sticky evictions would keep the user's facts out for good. Take back
+        evicted messages and tool results, most valuable first, while they fit under the
+        watermark. One prefix change after a spike, not churn: it needs RESTORE_ROOM free.
+        A dropped tool call is not restored (its results would have to come back too)."""
+        new = {d.part.chunk.id for d in fit.new}
+        parts = conv.parts
+        cands = [p.chunk for p in parts if p.chunk.id in fit.evicted and p.chunk.id not in new]
+        by_id = {p.chunk.id: p for p in parts}
+        total = fit.tokens
+        for r in reversed(policy.rank(cands, ctx)):
+            part = by_id[r.chunk.id]
+            if part.group is not None and (part.role == "assistant" or
+                                           parts[part.group].chunk.id in fit.evicted):
+                continue
+            affected = self._affected(conv, part)
+            before = sum(self.part_cost(conv, p, fit.evicted) for p in affected)
+            fit.evicted.discard(part.chunk.id)
+            after = sum(self.part_cost(conv, p, fit.evicted) for p in affected)
+            if total - before + after > target:
+                fit.evicted.add(part.chunk.id)
+                continue
+            total += after - before
+            fit.restored.append(Decision(part, r.score, RESTORE_REASON))
+        fit.tokens = total
 
     def cut(self, conv: Conversation, fit: Fit, budget: int) -> None:
         """Cut the tail's tool results, largest first, head-and-tail until the fit is within

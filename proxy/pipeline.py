@@ -167,6 +167,7 @@ class Pipeline:
         # offload and log: one durable append before anything evicted leaves the request
         events = await self._record(rt, conv, fit, recall, tenant, session)
         state.evicted |= {d.part.chunk.id for d in fit.new}
+        state.evicted -= {d.part.chunk.id for d in fit.restored}
         for r in recall.passages:
             state.recall_refs.setdefault(r.hit.chunk_id, []).append(conv.turn)
         costs = [rt.fitter.part_cost(conv, p, fit.evicted) for p in conv.parts]
@@ -264,6 +265,9 @@ class Pipeline:
         events = [Event(tenant, session, conv.turn, p.chunk.id, p.chunk.klass.value,
                         p.chunk.tokens, round(score, 6), action, reason, policy,
                         preview=_preview(p.info.text)) for p, score, action, reason in gone]
+        events += [Event(tenant, session, conv.turn, d.part.chunk.id, d.part.chunk.klass.value,
+                         d.part.chunk.tokens, round(d.score, 6), "restore", d.reason, policy,
+                         preview=_preview(d.part.info.text)) for d in fit.restored]
         events += recall.events(tenant, session, conv.turn, policy,
                                 rt.route.recall.min_relevance)
         if chunks or events:

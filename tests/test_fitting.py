@@ -157,3 +157,43 @@ def test_an_oversized_current_tool_result_is_cut_head_and_tail() -> None:
     fit2 = fitter.fit(conv2, set(), 1_000, 850, Oldest(), PolicyContext(turn=conv2.turn))
     fitter.cut(conv2, fit2, 1_000)
     assert fit2.cuts == fit.cuts
+
+
+def rwoe_run(messages: list[dict[str, Any]], budget: int, sticky: set[str] | None = None,
+             ) -> tuple[Conversation, Fit, list[dict[str, Any]]]:
+    from policies import get_policy
+
+    conv = Chunker(MessageAnalyzer(COUNTER), ClassificationSettings()).split(messages)
+    fitter = Fitter(COUNTER)
+    fit = fitter.fit(conv, sticky or set(), budget, int(budget * 0.85), get_policy("rwoe"),
+                     PolicyContext(turn=conv.turn))
+    return conv, fit, fitter.assemble(conv, messages, fit.evicted)
+
+
+def test_a_spike_evicts_the_users_words_and_room_returning_restores_them() -> None:
+    from proxy.fitting import RESTORE_REASON
+
+    fact = user("My agent ID is AG-57968; log everything under it.")
+    msgs = session(4)
+    msgs += [fact, assistant("Noted."), user("Now read the log."),
+             assistant(None, call("big", "read_log")), tool("big", filler(650, "log"))]
+    budget = 2_300
+    conv, spike, out = rwoe_run(msgs, budget)
+    assert fact not in out  # the spike pushed out even the user's words
+    assert spike.new and spike.tokens <= budget
+    later = [*msgs, assistant(None, call("next", "read")), tool("next", filler(200, "nx"))]
+    conv2, fit, out2 = rwoe_run(later, budget, sticky=spike.evicted)
+    fact_id = next(p.chunk.id for p in conv2.parts if p.info.text == fact["content"])
+    assert fact in out2 and fact_id not in fit.evicted  # room came back: restored
+    assert any(d.part.chunk.id == fact_id and d.reason == RESTORE_REASON for d in fit.restored)
+    validate_messages(out2)
+    assert fit.tokens == cost(out2) <= int(budget * 0.85)
+
+
+def test_a_call_whose_results_are_all_stubs_goes_before_a_user_message() -> None:
+    msgs = session(24)
+    users_before = [m for m in msgs if m["role"] == "user"]
+    _, fit, out = rwoe_run(msgs, budget=cost(msgs) // 4)
+    validate_messages(out)
+    assert all(u in out for u in users_before)  # calls and stubs went, not the user's words
+    assert fit.tokens == cost(out)
