@@ -118,7 +118,7 @@ class RecallSettings(_Strict):
 
     enabled: bool = True
     budget_fraction: float = Field(0.10, ge=0, le=0.5)
-    min_relevance: float = Field(0.35, ge=0, le=1)
+    min_relevance: float = Field(0.30, ge=0, le=1)
     min_relative: float = Field(0.5, ge=0, le=1)
     top_k: int = Field(8, ge=1)
     # Kept for configs written for the vector recall (it no longer gates recall).

@@ -175,6 +175,7 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
         if used + tokens > budget:
             continue
         matched = tuple(dict.fromkeys(t for t in terms(h.text) if t in qterms))
+        matched = tuple(sorted(matched, key=lambda t: (t.isalpha(), -len(t))))
         out.append(Recalled(h, m.turn, m.role, m.klass, tokens, matched))
         seen.add(h.text)
         used += tokens

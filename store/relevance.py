@@ -46,6 +46,7 @@ themselves then there these they this those through to too under until up very w
 what when where which while who whom why will with would you your yours yourself
 yourselves again ever get got please tell know remember earlier back said say mentioned
 told give gave one thing things use used using want need like make sure ok okay yes
+sorry thanks thank hi hello
 """.split())
 _SUFFIXES = ("ings", "ing", "ions", "ion", "ers", "er", "ies", "ied",
              "es", "ed", "ly", "s")
@@ -103,12 +104,18 @@ def terms(text: str) -> list[str]:
 
 
 def identifiers(text: str) -> list[str]:
-    """The whole identifiers of `text` (words with a digit or a separator, 3+ chars)."""
+    """The distinctive identifiers of `text`: 5+ characters with both a letter and a digit
+    (ZFA04Y, mia_li_3668, pg-stg-7741.internal, HAT028), not bare numbers, dates or code
+    names, which agent outputs repeat everywhere."""
     out = []
     for whole in _WORD.findall(text):
-        if len(whole) > 2 and not whole.isalpha():
+        if len(whole) >= 5 and not whole.isalpha() and not _NUMERIC.fullmatch(whole) and (
+                any(c.isdigit() for c in whole)):
             out.append(whole.lower())
     return out
+
+
+_NUMERIC = re.compile(r"[0-9_\-./:@]+")
 
 
 def passages(text: str, size: int = PASSAGE_CHARS) -> list[str]:
@@ -213,8 +220,8 @@ class RelevanceIndex:
         return out
 
     def rare_identifiers(self, text: str, exclude: frozenset[str] | set[str],
-                         max_df: int = 3) -> dict[str, float]:
-        """Whole identifiers of `text` (ids, paths, numbers) found in 1..`max_df` passages
+                         max_df: int = 2) -> dict[str, float]:
+        """Distinctive identifiers of `text` (see `identifiers`) found in 1..`max_df` passages
         outside the `exclude`d chunks: what a tool output can be said to point back at,
         rather than the formatting its sibling outputs share."""
         out: dict[str, float] = {}
