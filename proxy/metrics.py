@@ -9,6 +9,9 @@
     ctxwarden_store_seconds{op}                     store calls (offload, log, recall, …)
     ctxwarden_upstream_seconds{route, stream}       a whole reply, or until a stream opens
     ctxwarden_overhead_seconds{route}               time in the proxy before forwarding
+    ctxwarden_embed_backlog                         evicted chunks waiting to be embedded
+    ctxwarden_embed_lag_seconds                     age of the oldest of them (read from the
+                                                    store's `lag()` at scrape time)
 
 Why per app, not prometheus-client's global registry: tests and benchmarks build many apps
 in one process, and each must count only its own traffic. Why the store and the upstream
@@ -27,7 +30,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+)
 from prometheus_client.exposition import generate_latest
 
 from proxy.keys import STORE, UPSTREAM
@@ -63,6 +72,10 @@ class Metrics:
         self.overhead_seconds = Histogram("ctxwarden_overhead_seconds", "Time in the proxy "
                                           "before forwarding", ["route"], buckets=FAST,
                                           registry=r)
+        self.embed_backlog = Gauge("ctxwarden_embed_backlog", "Evicted chunks waiting to be "
+                                   "embedded", registry=r)
+        self.embed_lag = Gauge("ctxwarden_embed_lag_seconds", "Age of the oldest evicted "
+                               "chunk waiting to be embedded", registry=r)
 
 
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
@@ -156,6 +169,10 @@ def setup_metrics(app: web.Application) -> None:
     app.middlewares.insert(0, count_requests)  # outermost: sees the final status
     app.router.add_get("/metrics", metrics)
     instrument_store(app[STORE], m)
+    lag = getattr(app[STORE], "lag", None)  # LanceStore: cheap, no LanceDB query
+    if callable(lag):
+        m.embed_backlog.set_function(lambda: float(lag()["backlog"]))
+        m.embed_lag.set_function(lambda: float(lag()["embed_lag_s"]))
 
     async def wrap_upstream(app: web.Application) -> AsyncIterator[None]:
         instrument_upstream(app[UPSTREAM], m)  # the upstream exists once startup ran

@@ -48,6 +48,7 @@ from store.worker import EmbedWorker, Row, compact, ensure_indexes, unembedded, 
 
 log = structlog.get_logger("ctxwarden.store")
 OPTIMIZE_EVERY = 64  # commits per table between compactions (LanceDB: "> 20 operations")
+QUERY_EMBED_TIMEOUT = 30.0  # s; a recall gives up on a query vector not ready by then
 
 
 def _unavailable(what: str, exc: BaseException) -> StoreUnavailable:
@@ -208,7 +209,11 @@ class LanceStore:
             tbl = await self._passages()
             if tbl is None:
                 return []
-            vec = (await self.embedder.embed([query.text]))[0]
+            vecs = await self._query_vector(query.text)
+            if vecs is None:
+                log.warning("recall_skipped", reason="query embedding not ready")
+                return []
+            vec = vecs[0]
             where = (S.eq("tenant_key", S.tenant_key(query.tenant)) if query.cross_session
                      else S.eq("scope", S.scope_key(query.tenant, query.session)))
             cands = await nearest(tbl, vec, where, query)
@@ -219,6 +224,14 @@ class LanceStore:
             log.warning("recall_failed", error=type(exc).__name__, detail=str(exc)[:300])
             return []
         return fill(cands, query)
+
+    async def _query_vector(self, text: str) -> Any:
+        """The query's vector ahead of the worker's backlog (`embed_within`, urgent) when the
+        embedder can; the caller's own deadline (recall.timeout_ms) is the real bound."""
+        within = getattr(self.embedder, "embed_within", None)
+        if within is None:
+            return await self.embedder.embed([text])
+        return await within([text], QUERY_EMBED_TIMEOUT)
 
     # Readers take the journal's rows (logged, maybe not replayed yet) *before* querying
     # LanceDB: a row leaves the journal only once it is committed, so it is in one of them.

@@ -11,32 +11,33 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from store import schema as S
-from store.embed import Vectors
+from store.embed import CachedEmbedder
 from store.lance import LanceStore
 from store.wal import MAGIC, WriteAheadLog, frame, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class FakeEmbedder:
-    """Deterministic unit vectors from a text's hash: the store's plumbing without MiniLM."""
+class FakeEmbedder(CachedEmbedder):
+    """Deterministic unit vectors from a text's hash, computed at once: the store's and
+    the request path's plumbing (cache, embed_within, …) without MiniLM."""
 
     name = "fake"
-    dim: int | None = 8
 
-    async def embed(self, texts: Sequence[str]) -> Vectors:
+    def _start(self, texts: list[str], urgent: bool) -> Future[Any]:
         rows = [np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:4],
                                                      "little")).normal(size=8) for t in texts]
-        out = np.asarray(rows, dtype=np.float32).reshape(len(texts), 8)
-        out /= np.linalg.norm(out, axis=1, keepdims=True)
-        return out
+        done: Future[Any] = Future()
+        done.set_result(np.asarray(rows, dtype=np.float32).reshape(len(texts), 8))
+        return done
 
 
 def payloads(n: int) -> list[bytes]:

@@ -19,9 +19,9 @@ from store import schema as S
 from store.base import Event, EvictedChunk
 from store.errors import StoreUnavailable
 from store.lance import LanceStore
+from tests.support.app import CHAT, STUB, ClientFactory, chat, config, make
+from tests.support.messages import long_session
 from tests.support.openai_server import UpstreamServer
-from tests.test_faults import CHAT, STUB, ClientFactory, chat, config, make
-from tests.test_proxy import long_session
 from tests.test_store import read_only
 from tests.test_wal import FakeEmbedder
 

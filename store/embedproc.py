@@ -1,0 +1,357 @@
+"""The local embedding model in a process of its own, fed by one dispatcher thread.
+
+Why a process: sentence-transformers inference is CPU-bound and holds the GIL for much of
+a batch; in a thread of the proxy's process it slowed every request while a backlog of
+passages was being embedded (issue 10: recall waited 4-7 s behind the worker, overhead
+p50 67 ms). In its own process with one torch thread it takes one core at most, and the
+proxy's event loop never waits on it; torch (400 MB, 6 s to import here) is not even
+loaded in the proxy's process.
+
+Shape: the parent keeps two bounded queues of jobs, `urgent` (a request's query, a few
+texts) before `bulk` (the worker's passages, sliced into `batch_size` texts so an urgent
+job waits for one slice at most). One dispatcher thread sends one job at a time over a
+pipe and hands the vectors back through a `concurrent.futures.Future`, so callers on any
+event loop (or none) can wait on it. If the child dies (killed, out of memory), the
+dispatcher starts a new one and resends the job it was working on (a job that kills
+three children in a row fails); nothing a request does ever fails because of it,
+embedding just lags. `queued` and `oldest_age` say by how much.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import multiprocessing
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+log = structlog.get_logger("ctxwarden.store")
+
+Vectors = npt.NDArray[np.float32]
+MAX_ATTEMPTS = 3  # children a job may see die before it fails
+START_TIMEOUT = 600.0  # seconds for a child to import torch and load the model
+
+
+class EmbedderDied(RuntimeError):
+    pass
+
+
+# -- the child ---------------------------------------------------------------------------------
+def child_main(conn: Connection, model: str, batch_size: int) -> None:
+    """Load the model once, then answer (job id, texts) with (job id, "ok", vectors)."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = "1"  # one core at most, before torch loads its thread pools
+    try:
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(1)
+        with contextlib.suppress(RuntimeError):  # already set (a re-used interpreter)
+            torch.set_num_interop_threads(1)
+        st = SentenceTransformer(model, device="cpu")
+        conn.send(("ready", int(st.get_embedding_dimension() or 0), os.getpid()))
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
+            conn.send(("fatal", f"{type(exc).__name__}: {exc}"[:500], os.getpid()))
+        return
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):  # the parent is gone
+            return
+        if msg is None:
+            return
+        job_id, texts = msg
+        answer: tuple[int, str, Any]
+        try:
+            rows = st.encode(texts, batch_size=batch_size, normalize_embeddings=True,
+                             convert_to_numpy=True, show_progress_bar=False)
+            answer = (job_id, "ok", np.asarray(rows, dtype=np.float32))
+        except Exception as exc:
+            answer = (job_id, "error", f"{type(exc).__name__}: {exc}"[:500])
+        try:
+            conn.send(answer)
+        except OSError:  # the parent is gone
+            return
+
+
+# -- the parent --------------------------------------------------------------------------------
+@dataclass(slots=True)
+class Job:
+    texts: list[str]
+    future: Future[Vectors] = field(default_factory=Future)
+    since: float = field(default_factory=time.monotonic)
+    attempts: int = 0
+    id: int = 0
+    urgent: bool = False
+
+
+class EmbedProcess:
+    """`submit` jobs from any thread; one child process computes them, one at a time."""
+
+    def __init__(self, model: str, *, batch_size: int = 8, max_queued: int = 4096,
+                 resolve: Callable[[str], str] = lambda m: m) -> None:
+        self.model = model
+        self.batch_size = batch_size
+        self.max_queued = max_queued  # texts waiting, both queues together
+        self._resolve = resolve
+        self._cond = threading.Condition()
+        self._urgent: deque[Job] = deque()
+        self._bulk: deque[Job] = deque()
+        self._queued = 0
+        self._current: Job | None = None
+        self._thread: threading.Thread | None = None
+        self._proc: Any = None  # multiprocessing.Process of the spawn context
+        self._conn: Connection | None = None
+        self._ids = itertools.count(1)
+        self._stopping = False
+        self._want_child = False  # set by `start` and `submit`: keep a child running
+        self.ready: Future[int] = Future()  # the vector size, once a child has loaded
+        self.dim: int | None = None
+        self.pid: int | None = None
+        self.restarts = 0  # children that died and were replaced
+        self.failures = 0  # children that could not load the model, in a row
+
+    # -- submitting ----------------------------------------------------------------------
+    def submit(self, texts: list[str], *, urgent: bool = False) -> Future[Vectors] | None:
+        """The vectors' future; None when the queue is full (an urgent job is refused
+        then; the caller goes on without it). Bulk jobs are sliced to `batch_size`."""
+        with self._cond:
+            if self._stopping:
+                raise RuntimeError("the embedder was closed")
+            if self._queued + len(texts) > self.max_queued and (urgent or self._queued):
+                return None
+            self._want_child = True
+            self._start_thread()
+            if urgent or len(texts) <= self.batch_size:
+                job = Job(list(texts), id=next(self._ids), urgent=urgent)
+                (self._urgent if urgent else self._bulk).append(job)
+                self._queued += len(texts)
+                self._cond.notify()
+                return job.future
+            parts = [Job(list(texts[i:i + self.batch_size]), id=next(self._ids))
+                     for i in range(0, len(texts), self.batch_size)]
+            self._bulk.extend(parts)
+            self._queued += len(texts)
+            self._cond.notify()
+        return _joined([p.future for p in parts])
+
+    @property
+    def queued(self) -> int:
+        """Texts waiting or being embedded."""
+        return self._queued
+
+    def oldest_age(self) -> float:
+        """Seconds the oldest job waiting or being embedded has waited (0 when none)."""
+        with self._cond:
+            jobs = [j for j in (self._current, self._urgent[0] if self._urgent else None,
+                                self._bulk[0] if self._bulk else None) if j is not None]
+        return max((time.monotonic() - j.since for j in jobs), default=0.0)
+
+    # -- the dispatcher thread -------------------------------------------------------------
+    def _start_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._dispatch, name="embed-dispatch",
+                                            daemon=True)
+            self._thread.start()
+
+    def start(self) -> Future[int]:
+        """Start the child now (it loads the model); `ready` resolves with the vector size."""
+        with self._cond:
+            self._want_child = True
+            self._start_thread()
+            self._cond.notify()
+        return self.ready
+
+    def _dispatch(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._urgent or self._bulk or self._stopping
+                           or self._respawn_needed()):
+                    self._cond.wait(timeout=1.0)  # and look at the child every second
+                if self._stopping:
+                    return
+                job = (self._urgent.popleft() if self._urgent
+                       else self._bulk.popleft() if self._bulk else None)
+                self._current = job
+            if job is None and self._proc is not None:
+                log.warning("embedder_process_died", pid=self.pid, idle=True,
+                            exitcode=self._proc.exitcode)
+            try:
+                if not self._alive() and not self._spawn():
+                    if job is not None:
+                        self._finish(job, error=self._load_error)
+                    continue
+                if job is not None:
+                    self._run(job)
+            except Exception as exc:  # never let the thread die: fail the job, go on
+                log.exception("embed_dispatch_failed", error=type(exc).__name__)
+                if job is not None:
+                    self._finish(job, error=exc)
+
+    def _run(self, job: Job) -> None:
+        assert self._conn is not None
+        try:
+            self._conn.send((job.id, job.texts))
+            while True:
+                ready = wait([self._conn, self._proc.sentinel], timeout=5.0)
+                if self._conn in ready:
+                    break
+                if ready or not self._alive():
+                    raise EmbedderDied("the embedding process died")
+            job_id, status, value = self._conn.recv()
+        except (EOFError, OSError, EmbedderDied) as exc:
+            self._died(job, exc)
+            return
+        if job_id != job.id:  # cannot happen with one job in flight; never mix answers
+            self._died(job, EmbedderDied(f"answer for job {job_id}, expected {job.id}"))
+            return
+        if status == "ok":
+            self._finish(job, value=value)
+        else:
+            self._finish(job, error=RuntimeError(f"embedding failed: {value}"))
+
+    def _died(self, job: Job, exc: BaseException) -> None:
+        code = self._proc.exitcode if self._proc is not None else None
+        self._reap()
+        job.attempts += 1
+        log.warning("embedder_process_died", pid=self.pid, exitcode=code,
+                    error=type(exc).__name__, attempt=job.attempts, texts=len(job.texts))
+        if job.attempts >= MAX_ATTEMPTS:
+            self._finish(job, error=EmbedderDied(
+                f"the embedding process died {job.attempts} times on this job"))
+            return
+        with self._cond:  # again, first: it has waited longest
+            self._current = None
+            (self._urgent if job.urgent else self._bulk).appendleft(job)
+            self._cond.notify()
+
+    def _finish(self, job: Job, *, value: Vectors | None = None,
+                error: BaseException | None = None) -> None:
+        with self._cond:
+            self._queued -= len(job.texts)
+            if self._current is job:
+                self._current = None
+        if job.future.done():
+            return
+        if error is not None:
+            job.future.set_exception(error)
+        else:
+            assert value is not None
+            job.future.set_result(value)
+
+    # -- the child's life ----------------------------------------------------------------
+    _load_error: BaseException = EmbedderDied("the embedding process is not running")
+
+    def _alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    def _respawn_needed(self) -> bool:
+        """Idle, wanted and not running (killed, or not started yet): start one now, so
+        the next job does not wait for the model to load. Not after a failed load: the
+        next job retries that, with a backoff."""
+        return self._want_child and self.failures == 0 and not self._alive()
+
+    def _spawn(self) -> bool:
+        """Start a child and wait until its model is loaded; False (after a backoff) if
+        it could not load it."""
+        self._reap()
+        if self.pid is not None:  # one ran before: this replaces it
+            self.restarts += 1
+        if self.failures:
+            time.sleep(min(30.0, 0.5 * 2 ** min(self.failures, 6)))
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=child_main, name="ctxwarden-embed", daemon=True,
+                           args=(child, self._resolve(self.model), self.batch_size))
+        proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+        started = time.monotonic()
+        try:
+            while not parent.poll(1.0):
+                if not proc.is_alive() or time.monotonic() - started > START_TIMEOUT:
+                    raise EmbedderDied("the embedding process exited while loading")
+            kind, value, pid = parent.recv()
+            if kind != "ready":
+                raise RuntimeError(f"the embedding model did not load: {value}")
+        except (EmbedderDied, RuntimeError, EOFError, OSError) as exc:
+            self.failures += 1
+            self._load_error = exc
+            log.error("embedder_process_failed", model=self.model, error=str(exc)[:300],
+                      failures=self.failures)
+            self._reap()
+            return False
+        self.failures = 0
+        self.dim, self.pid = int(value), int(pid)
+        if not self.ready.done():
+            self.ready.set_result(self.dim)
+        log.info("embedder_process_ready", pid=self.pid, model=self.model, dim=self.dim,
+                 seconds=round(time.monotonic() - started, 2))
+        return True
+
+    def _reap(self) -> None:
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if conn is not None:
+            conn.close()
+        if proc is not None:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(5.0)
+            proc.close()
+
+    def close(self) -> None:
+        """Stop the dispatcher and the child; queued jobs fail."""
+        with self._cond:
+            self._stopping = True
+            left = [*self._urgent, *self._bulk]
+            self._urgent.clear()
+            self._bulk.clear()
+            self._cond.notify_all()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(10.0)
+        for job in left:
+            self._finish(job, error=RuntimeError("the embedder was closed"))
+        if self._conn is not None:
+            with contextlib.suppress(OSError):
+                self._conn.send(None)
+        self._reap()
+
+
+def _joined(parts: list[Future[Vectors]]) -> Future[Vectors]:
+    """One future for the slices' futures, stacked in order (the first error fails it)."""
+    out: Future[Vectors] = Future()
+    left = [len(parts)]
+    lock = threading.Lock()
+
+    def done(part: Future[Vectors]) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if out.done():
+            return
+        exc = part.exception()
+        if exc is not None:
+            with contextlib.suppress(Exception):
+                out.set_exception(exc)
+            return
+        if last:
+            with contextlib.suppress(Exception):
+                out.set_result(np.concatenate([p.result() for p in parts]))
+
+    for p in parts:
+        p.add_done_callback(done)
+    return out

@@ -1,0 +1,156 @@
+"""The local embedder in its own process: killing it fails no request and embedding
+resumes; a query's vector is scheduled ahead of background passages, returned only if in
+time, and lands in the parent's cache either way; the queue is bounded; the lag shows in
+/metrics and /admin/store."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from store import schema as S
+from store.embed import SentenceTransformerEmbedder, get_embedder
+from store.lance import LanceStore
+from tests.support.app import CHAT, ClientFactory, chat, config, make
+from tests.support.messages import long_session
+from tests.support.openai_server import UpstreamServer
+
+
+async def until(check: Callable[[], Awaitable[bool] | bool], timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if await got if isinstance(got, Awaitable) else got:
+            return
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def own() -> Iterator[SentenceTransformerEmbedder]:
+    """An embedder with a child of its own: killing it leaves the shared one alone."""
+    emb = SentenceTransformerEmbedder(max_queued=64)
+    yield emb
+    emb.close()
+
+
+def child_pid(emb: SentenceTransformerEmbedder) -> int:
+    assert emb.process.pid is not None and emb.process.pid != os.getpid()
+    return emb.process.pid
+
+
+async def test_a_killed_embedder_fails_no_request_and_embedding_resumes(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer, tmp_path: Path,
+        own: SentenceTransformerEmbedder) -> None:
+    db = tmp_path / "db"
+    lance = LanceStore(db, own)
+    client = await make(aiohttp_client, config(upstream.url, str(db)), lance)
+    await own.load()
+    first = child_pid(own)
+    restarts = own.process.restarts
+    os.kill(first, signal.SIGKILL)  # dies just before the request
+    resp = await client.post(CHAT, json={"model": "t-1", "messages": long_session(14)},
+                             headers={"X-Session-ID": "s-kill"})
+    assert resp.status == 200 and int(resp.headers["X-Ctxwarden-Evicted"]) > 0
+    # and again in the middle of a batch: the batch is resent to the next child
+    stamp = time.time()
+    bulk = asyncio.ensure_future(own.embed([f"backlog {i} {stamp} " + "words " * 40
+                                            for i in range(40)]))
+    await until(lambda: own.process.pid not in (None, first) and own.queued() > 0, 180)
+    second = child_pid(own)
+    os.kill(second, signal.SIGKILL)
+    again = await client.post(CHAT, json=chat(text="still there?"),
+                              headers={"X-Session-ID": "s-kill"})
+    assert again.status == 200
+    assert (await bulk).shape == (40, 384)
+    await lance.flush(300)  # every evicted chunk embedded all the same
+    assert own.process.restarts >= restarts + 2 and child_pid(own) not in (first, second)
+    stats = await lance.stats()
+    assert stats["passages"] >= stats["chunks"] > 0 and stats["backlog"] == 0
+    assert stats["embed_lag_s"] == 0.0
+    passages = await lance._tables[S.PASSAGES].query().select(["chunk_id"]).to_list()
+    evicted = {e.chunk_id for e in await lance.events("default", "s-kill")
+               if e.action == "evict"}
+    assert evicted <= {p["chunk_id"] for p in passages}
+
+
+async def test_embed_within_and_nowait_fill_the_parents_cache() -> None:
+    emb = get_embedder("sentence-transformers", "all-MiniLM-L6-v2")
+    await emb.embed(["warm the model up"])
+    text = f"a query never seen before {time.time()}"
+    assert emb.cached(text) is None
+    assert await emb.embed_within([text], 0.0) is None  # not in time: None, work goes on
+    await until(lambda: emb.cached(text) is not None, 60)
+    later, hit = await emb.embed_within([text], 0.0), emb.cached(text)  # from the cache
+    assert later is not None and hit is not None and np.array_equal(later[0], hit)
+    other = f"scheduled and forgotten {time.time()}"
+    assert emb.embed_nowait([other]) is True
+    await until(lambda: emb.cached(other) is not None, 60)
+    both = await emb.embed_within([other, text], 30.0)
+    assert both is not None and both.shape == (2, 384)
+    assert np.allclose(both, await emb.embed([other, text]))
+
+
+async def test_a_query_goes_ahead_of_background_passages(
+        own: SentenceTransformerEmbedder) -> None:
+    await own.load()
+    stamp = time.time()
+    bulk = asyncio.ensure_future(own.embed([f"passage {i} of a long backlog {stamp} "
+                                            + "words " * 60 for i in range(48)]))
+    await until(lambda: own.queued() > 0, 30)
+    query = await own.embed_within([f"what was in the backlog {stamp}?"], 60.0)
+    assert query is not None and not bulk.done()  # it did not wait for the backlog
+    assert own.process.oldest_age() > 0
+    rows = await bulk
+    assert rows.shape == (48, 384)
+
+
+async def test_the_queue_is_bounded(own: SentenceTransformerEmbedder) -> None:
+    await own.load()
+    stamp = time.time()  # a backlog bigger than the bound is taken when the queue is empty
+    bulk = asyncio.ensure_future(own.embed([f"filler {i} {stamp} " + "words " * 30
+                                            for i in range(160)]))
+    await until(lambda: own.queued() > 0, 30)
+    assert own.embed_nowait([f"overflow {i} {stamp}" for i in range(10)]) is False
+    assert await own.embed_within([f"overflow {stamp}"], 1.0) is None
+    await bulk
+    assert own.embed_nowait([f"room again {stamp}"]) is True
+
+
+async def test_the_embedding_lag_is_in_metrics_and_admin_store(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer, tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    lance = LanceStore(db, get_embedder("sentence-transformers", "all-MiniLM-L6-v2"))
+    client = await make(aiohttp_client, config(upstream.url, str(db)), lance)
+    assert (await client.post(CHAT, json=chat())).status == 200
+    original = lance.worker._handle
+    gate = asyncio.Event()
+
+    async def stalled(rows: list[Any]) -> None:  # the embedder is far behind
+        await gate.wait()
+        await original(rows)
+
+    lance.worker._handle = stalled
+    resp = await client.post(CHAT, json={"model": "t-1", "messages": long_session(14)},
+                             headers={"X-Session-ID": "s-lag"})
+    assert resp.status == 200
+    await asyncio.sleep(0.2)
+    text = await (await client.get("/metrics")).text()
+    gauges = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+              if line.startswith("ctxwarden_embed_")}
+    assert gauges["ctxwarden_embed_backlog"] > 0 and gauges["ctxwarden_embed_lag_seconds"] > 0
+    store = await (await client.get("/admin/store")).json()
+    assert store["backlog"] > 0 and store["rows"]["embed_lag_s"] > 0
+    assert {"embed_queue", "wal_pending", "wal_lag_s"} <= set(store["rows"])
+    gate.set()
+    await lance.flush(300)
+    text = await (await client.get("/metrics")).text()
+    assert "ctxwarden_embed_backlog 0.0" in text and "ctxwarden_embed_lag_seconds 0.0" in text
