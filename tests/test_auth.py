@@ -18,9 +18,8 @@ from proxy.auth import tenant_for_key
 from proxy.config import ConfigError, Settings, load_settings
 from proxy.keys import STORE
 from store.base import MemoryStore
-from tests.helpers import user
+from tests.support.messages import long_session, user
 from tests.support.openai_server import UpstreamServer
-from tests.test_proxy import long_session
 from tests.test_recall import ASK, NEEDLE_ID, file_listing, session
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]

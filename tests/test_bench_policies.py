@@ -29,7 +29,7 @@ from bench.policies.workload import (
 from bench.replay import requests_of
 from policies import get_policy
 from policies.base import ChunkClass
-from tests.helpers import assistant, call, tool, user
+from tests.support.messages import assistant, call, tool, user
 
 P, S, T, E = (ChunkClass.PERMANENT, ChunkClass.STRUCTURAL, ChunkClass.TRANSIENT,
               ChunkClass.EPHEMERAL)

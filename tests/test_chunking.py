@@ -9,7 +9,7 @@ from proxy.analysis import MessageAnalyzer, rare_tokens
 from proxy.chunking import Chunker, Conversation
 from proxy.config import ClassificationSettings, ClassRule
 from proxy.tokens import TokenCounter, encoding_for
-from tests.helpers import assistant, call, tool, user
+from tests.support.messages import assistant, call, tool, user
 
 P, S, T, E = (ChunkClass.PERMANENT, ChunkClass.STRUCTURAL, ChunkClass.TRANSIENT,
               ChunkClass.EPHEMERAL)

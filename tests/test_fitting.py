@@ -11,7 +11,7 @@ from proxy.config import ClassificationSettings
 from proxy.fitting import Fit, Fitter
 from proxy.tokens import REPLY_PRIMING, TokenCounter, encoding_for
 from proxy.validate import validate_messages
-from tests.helpers import assistant, call, filler, tau_trajectories, tool, user
+from tests.support.messages import assistant, call, filler, tau_trajectories, tool, user
 
 COUNTER = TokenCounter(encoding_for("gpt-4o"))
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from proxy.app import init_app
 from proxy.config import Settings
 from store.base import MemoryStore
-from tests.helpers import assistant, call, filler, tool, user
+from tests.support.messages import assistant, call, filler, tool, user
 from tests.support.openai_server import UpstreamServer
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]

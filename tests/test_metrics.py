@@ -15,8 +15,9 @@ from proxy.app import init_app
 from proxy.cli.demo import drive
 from proxy.config import load_settings
 from store.base import MemoryStore
+from tests.support.app import settings_for
+from tests.support.messages import long_session
 from tests.support.openai_server import UpstreamServer
-from tests.test_proxy import long_session, settings_for
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 ROOT = Path(__file__).resolve().parent.parent

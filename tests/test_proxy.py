@@ -11,23 +11,10 @@ from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
 
 from proxy.app import init_app
-from proxy.config import Settings
 from store.base import MemoryStore
-from tests.helpers import assistant, call, filler, tool, user
+from tests.support.app import ClientFactory, settings_for
+from tests.support.messages import assistant, filler, long_session, user
 from tests.support.openai_server import UpstreamServer
-
-ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
-
-
-def settings_for(upstream: UpstreamServer, **route: Any) -> Settings:
-    base: dict[str, Any] = {
-        "name": "test", "model": "test-*",
-        "upstream": {"model": "openai/gpt-4o", "api_base": upstream.url, "api_key": "sk-up"},
-        "context_window": 4000, "max_output_tokens": 200,
-        "recall": {"enabled": False},
-    }
-    base.update(route)
-    return Settings(store={"path": ":memory:"}, routes=[base])
 
 
 @pytest.fixture
@@ -55,16 +42,6 @@ async def sdk() -> Any:
     yield make
     for api in made:
         await api.close()
-
-
-def long_session(rounds: int) -> list[dict[str, Any]]:
-    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are an agent."},
-                                  user("Fix the build.")]
-    for i in range(rounds):
-        cid = f"call_{i}"
-        msgs += [assistant(None, call(cid, "read_file", f'{{"path": "src/m{i}.py"}}')),
-                 tool(cid, filler(250, f"m{i}")), assistant(f"Read m{i}."), user(f"next {i}")]
-    return msgs
 
 
 TOOLS = [{"type": "function", "function": {

@@ -17,7 +17,7 @@ from proxy.app import init_app
 from proxy.config import Settings
 from proxy.keys import STORE
 from store.lance import LanceStore
-from tests.helpers import assistant, call, tool, user
+from tests.support.messages import assistant, call, tool, user
 from tests.support.openai_server import UpstreamServer
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]

@@ -16,7 +16,7 @@ from bench.replay import requests_of
 from proxy.app import init_app
 from proxy.config import Settings
 from store.base import MemoryStore
-from tests.helpers import tau_trajectories
+from tests.support.messages import tau_trajectories
 from tests.support.openai_server import UpstreamServer
 
 WINDOW, MAX_OUT = 3000, 256

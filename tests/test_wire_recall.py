@@ -16,7 +16,7 @@ from proxy.app import init_app
 from proxy.config import Settings
 from proxy.recall import OPEN
 from store.base import MemoryStore
-from tests.helpers import assistant, call, tool, user
+from tests.support.messages import assistant, call, tool, user
 from tests.support.openai_server import UpstreamServer
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]

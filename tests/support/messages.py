@@ -1,4 +1,4 @@
-"""Message builders shared by tests."""
+"""Chat messages for tests: one-line builders, an agent session, real trajectories."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 # 200 real tau-bench trajectories (MIT, sierra-research/tau-bench@59a200c; see tests/data/).
-TAU = Path(__file__).resolve().parent / "data" / "tau-bench-gpt-4o-airline.json"
+TAU = Path(__file__).resolve().parents[1] / "data" / "tau-bench-gpt-4o-airline.json"
 
 
 def call(cid: str, name: str = "lookup", args: str = "{}") -> dict[str, Any]:
@@ -35,3 +35,14 @@ def filler(n_words: int, seed: str = "x") -> str:
 
 def tau_trajectories() -> list[dict[str, Any]]:
     return json.loads(TAU.read_text())  # type: ignore[no-any-return]
+
+
+def long_session(rounds: int) -> list[dict[str, Any]]:
+    """An agent loop that reads a 250-word file per round: long enough to evict."""
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are an agent."},
+                                  user("Fix the build.")]
+    for i in range(rounds):
+        cid = f"call_{i}"
+        msgs += [assistant(None, call(cid, "read_file", f'{{"path": "src/m{i}.py"}}')),
+                 tool(cid, filler(250, f"m{i}")), assistant(f"Read m{i}."), user(f"next {i}")]
+    return msgs

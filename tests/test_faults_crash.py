@@ -1,0 +1,178 @@
+"""Crash safety: `ctxwarden serve` is killed with SIGKILL while agents are sending, then
+restarted on the same store: every chunk a forwarded request replaced by a stub, and every
+passage it recalled, is still there."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from store import schema as S
+from store.embed import get_embedder
+from store.lance import LanceStore
+from tests.support.app import STUB
+from tests.support.messages import assistant, call, filler, tool, user
+from tests.support.openai_server import UpstreamServer
+from tests.support.wire import closed_port
+
+ROOT = Path(__file__).resolve().parents[1]
+RECALLED = re.compile(r"\[chunk ([0-9a-f~]+), turn \d+, \w+\]")
+AGENTS, WINDOW = 6, 3000
+
+
+def serve(cfg: Path) -> subprocess.Popen[bytes]:
+    exe = Path(sys.executable).with_name("ctxwarden")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "proxy.cli"]
+    return subprocess.Popen([*cmd, "serve", "--config", str(cfg)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+async def wait_up(http: aiohttp.ClientSession, url: str, proc: subprocess.Popen[bytes]) -> None:
+    for _ in range(300):
+        assert proc.poll() is None, "ctxwarden serve exited"
+        with contextlib.suppress(aiohttp.ClientError):
+            async with http.get(f"{url}/healthz") as r:
+                if r.status == 200:
+                    return
+        await asyncio.sleep(0.1)
+    raise TimeoutError(url)
+
+
+async def agent(http: aiohttp.ClientSession, url: str, name: str, go: asyncio.Event,
+                counts: dict[str, int]) -> None:
+    """An agent loop: each turn reads a file and resends the whole history."""
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": f"You are agent {name}."},
+                                  user(f"Refactor the {name} service.")]
+    for t in range(1000):
+        cid = f"call_{t}"
+        msgs += [assistant(None, call(cid, "read_file", f'{{"path": "{name}/f{t}.py"}}')),
+                 tool(cid, filler(60, f"{name}f{t}")), assistant(f"Read f{t}."),
+                 user(f"What does {name}f{t}word7 do?")]
+        await go.wait()
+        counts["sent"] += 1
+        try:
+            async with http.post(f"{url}/v1/chat/completions", headers={"X-Session-ID": name},
+                                 json={"model": "t-1", "messages": msgs}) as r:
+                await r.read()
+            counts["answered"] += 1
+        except (aiohttp.ClientError, OSError):
+            return  # the proxy died under us
+
+
+def dependencies(history: list[Any]) -> dict[str, tuple[set[str], set[str]]]:
+    """Per session: chunks a forwarded request replaced by stubs, and chunks it recalled."""
+    out: dict[str, tuple[set[str], set[str]]] = {}
+    for rec in history:
+        msgs = rec.body["messages"]
+        name = msgs[0]["content"].removeprefix("You are agent ").rstrip(".")
+        stubs, recalled = out.setdefault(name, (set(), set()))
+        stubs.update(STUB.findall(orjson.dumps(msgs).decode()))
+        recalled.update(RECALLED.findall(str(msgs[-1]["content"])))
+    return out
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await check():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+async def load_then_kill(http: aiohttp.ClientSession, url: str, upstream: UpstreamServer,
+                         proc: subprocess.Popen[bytes]) -> dict[str, int]:
+    """Agents evict; once MiniLM has embedded what they evicted (recall needs it), they go
+    on, and the proxy is SIGKILLed with requests in flight as soon as recalls flow."""
+    go = asyncio.Event()
+    go.set()
+    counts = {"sent": 0, "answered": 0}
+    agents = [asyncio.create_task(agent(http, url, f"w{i}", go, counts))
+              for i in range(AGENTS)]
+
+    async def evicting() -> bool:
+        deps = dependencies(upstream.history)
+        return len(deps) == AGENTS and all(s for s, _ in deps.values())
+
+    async def embedded() -> bool:
+        async with http.get(f"{url}/admin/store") as r:
+            state = await r.json()
+        return bool(state["backlog"] == 0 and state["rows"].get("passages"))
+
+    async def recalling() -> bool:
+        return sum(len(r) for _, r in dependencies(upstream.history).values()) >= 2
+
+    await until(evicting)
+    go.clear()
+    await until(embedded)
+    go.set()
+    await until(recalling)
+    kill(proc)
+    await asyncio.gather(*agents)
+    return counts
+
+
+async def test_sigkill_under_load_loses_nothing_a_forwarded_request_depended_on(
+        upstream: UpstreamServer, tmp_path: Path) -> None:
+    port, db = closed_port(), tmp_path / "db"
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(orjson.dumps({
+        "server": {"port": port}, "store": {"path": str(db)},
+        "routes": [{"name": "t", "model": "t-*", "context_window": WINDOW,
+                    "max_output_tokens": 200, "upstream": {
+                        "model": "openai/gpt-4o", "api_base": upstream.url, "api_key": "sk-up"},
+                    "recall": {"enabled": True, "min_similarity": 0.0}}]}).decode())
+    upstream.context_window = WINDOW - 200  # every forwarded request must also be valid
+    url = f"http://127.0.0.1:{port}"
+    proc = serve(cfg)
+    try:
+        async with aiohttp.ClientSession() as http:
+            await wait_up(http, url, proc)
+            counts = await load_then_kill(http, url, upstream, proc)
+    finally:
+        kill(proc)
+    deps = dependencies(upstream.history)
+    assert counts["sent"] > counts["answered"]  # killed with requests in flight
+    assert upstream.rejected == 0 and len(deps) == AGENTS
+    assert sum(len(s) for s, _ in deps.values()) >= AGENTS  # evictions went out
+    assert sum(len(r) for _, r in deps.values()) >= 1  # and so did recalls
+    again = serve(cfg)
+    try:
+        async with aiohttp.ClientSession() as http:
+            await wait_up(http, url, again)
+            for name, (stubs, recalled) in deps.items():
+                async with http.get(f"{url}/admin/evictions?session={name}") as r:
+                    events = (await r.json())["events"]
+                assert stubs <= {e["chunk_id"] for e in events if e["action"] == "evict"}
+                assert recalled <= {e["chunk_id"] for e in events if e["action"] == "recall"}
+    finally:
+        kill(again)
+    reader = LanceStore(db, get_embedder("sentence-transformers", "all-MiniLM-L6-v2"),
+                        background=False)
+    try:
+        for name, (stubs, _) in deps.items():
+            chunks = await reader.fetch("default", name, sorted(stubs))
+            assert {c.chunk_id for c in chunks} == stubs and all(c.text for c in chunks)
+        await reader._ready()
+        passages = await reader._passages()
+        keys = {S.chunk_key("default", n, c) for n, (_, rec) in deps.items() for c in rec}
+        rows = await passages.query().where(
+            "chunk_key IN (" + ", ".join(f"'{k}'" for k in keys) + ")").to_list()
+        assert {r["chunk_key"] for r in rows} == keys  # every recalled passage is there
+    finally:
+        await reader.close()
