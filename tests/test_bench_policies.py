@@ -16,7 +16,6 @@ import pytest
 from bench.cli import main
 from bench.policies.experiment import KEYS, policy_names, run
 from bench.policies.references import Belady, Informed, brute_force, optimum
-from bench.policies.replay import ReplayRow, _misses, _RareCache
 from bench.policies.simulate import simulate
 from bench.policies.workload import (
     ADVERSARIAL,
@@ -26,7 +25,7 @@ from bench.policies.workload import (
     WorkloadParams,
     generate,
 )
-from bench.replay import requests_of
+from bench.replay import Meter, references, requests_of
 from policies import get_policy
 from policies.base import ChunkClass
 from tests.support.messages import assistant, call, tool, user
@@ -204,9 +203,7 @@ def test_a_reply_reusing_an_evicted_id_is_a_reference_miss() -> None:
     reply = assistant("Flight HAT0931 and seat 14C are booked under ZK3QF9, ref NEWREF77.")
     kept, stubbed = traj, [*traj[:3], tool("a", "[ctxwarden: offloaded]")]
     for out, misses in ((kept, 0), (stubbed, 1)):
-        row = ReplayRow("x", False)
-        _misses(row, reply, traj, out, _RareCache(traj))
-        assert (row.reused, row.misses, row.requests_with_miss) == (2, misses, misses > 0)
+        assert references(Meter(), reply, traj, out) == (2, misses)
 
 
 def test_cli_replay_runs_real_trajectories_through_the_pipeline(
@@ -222,6 +219,8 @@ def test_cli_replay_runs_real_trajectories_through_the_pipeline(
         assert r["valid"] == r["requests"] - r["refused"]  # everything forwarded is valid
         assert 0 <= r["reference_misses"] <= r["reused_tokens"]
     assert rows["none"]["refused"] > rows["rwoe"]["refused"]  # no eviction: over the window
-    assert rows["rwoe"]["token_reduction_pct"] > 10 and rows["none"]["reference_misses"] == 0
+    # "none" evicts nothing; only a marked cut of an oversized tool result can lose a reference
+    assert rows["rwoe"]["token_reduction_pct"] > 10
+    assert rows["none"]["reference_misses"] < rows["rwoe"]["reference_misses"]
     assert f"| rwoe | False | 3000 | 6 | {requests} |" in capsys.readouterr().out
     assert not math.isnan(rows["lru"]["miss_rate_pct"])
