@@ -36,6 +36,7 @@ import aiohttp
 import orjson
 
 import proxy  # noqa: F401  (offline defaults before litellm)
+from bench.harness import free_port, rss_mb, wait_ready
 from bench.load_checks import (
     ADMIN,
     KEYS,
@@ -44,11 +45,9 @@ from bench.load_checks import (
     inside,
     key_of,
     lost_events,
-    rss_mb,
     split_overhead,
 )
 from bench.load_paths import FixedLatencyUpstream, aiohttp_sender, drive, litellm_sender
-from bench.overhead import _free_port, _wait
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- bench-load:begin -->", "<!-- bench-load:end -->"
@@ -67,7 +66,7 @@ def config(tmp: Path, port: int, up_port: int, window: int) -> Path:
 
 
 async def measure(args: argparse.Namespace, latency_ms: int) -> dict[str, Any]:
-    up_port, px_port = _free_port(), _free_port()
+    up_port, px_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     upstream = subprocess.Popen([sys.executable, "-m", "bench.load", "upstream", str(up_port),
                                  str(latency_ms)], cwd=ROOT, env=env)
@@ -78,7 +77,7 @@ async def measure(args: argparse.Namespace, latency_ms: int) -> dict[str, Any]:
     procs = [upstream]
     shape = (args.sessions, args.turns, args.lines, args.timeout)
     try:
-        await _wait(f"{up}/models", upstream)
+        await wait_ready(f"{up}/models", upstream)
         conn = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=conn,
                                          timeout=aiohttp.ClientTimeout(total=None)) as http:
@@ -89,7 +88,7 @@ async def measure(args: argparse.Namespace, latency_ms: int) -> dict[str, Any]:
                                        str(cfg)], cwd=ROOT, env=env,
                                       stderr=open(tmp / "proxy.log", "wb"))  # noqa: SIM115
             procs.append(server)
-            await _wait(f"{px}/healthz", server)
+            await wait_ready(f"{px}/healthz", server)
 
             def headers(name: str) -> dict[str, str]:
                 return {"Authorization": f"Bearer {key_of(name)}", "X-Session-ID": name}

@@ -19,13 +19,6 @@ KEYS = [f"ck-load-tenant-{i}" for i in range(4)]
 ADMIN = "ak-load-admin"
 
 
-def rss_mb(pid: int, field: str = "VmRSS") -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def key_of(name: str) -> str:
     return KEYS[int(name.lstrip("aw") or 0) % len(KEYS)]
 

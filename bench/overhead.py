@@ -23,16 +23,9 @@ import aiohttp
 import orjson
 
 import proxy  # noqa: F401
+from bench.harness import ProxyProcess, free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def payload(n_messages: int, chars: int = 700) -> list[dict[str, Any]]:
@@ -49,29 +42,6 @@ def payload(n_messages: int, chars: int = 700) -> list[dict[str, Any]]:
         i += 1
     msgs.append({"role": "user", "content": "What next?"})
     return msgs[:n_messages] if msgs[n_messages - 1]["role"] != "tool" else msgs
-
-
-async def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as s:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{url} exited with {proc.returncode}")
-            try:
-                async with s.get(url) as r:
-                    if r.status < 500:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
-    raise TimeoutError(url)
-
-
-def rss_peak_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 async def _time(session: aiohttp.ClientSession, url: str, body: bytes,
@@ -115,7 +85,7 @@ async def streaming(s: aiohttp.ClientSession, up: str, px: str, iters: int) -> f
 
 
 async def run(quick: bool = False) -> tuple[str, dict[str, Any]]:
-    up_port, px_port = _free_port(), _free_port()
+    up_port, px_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     upstream = subprocess.Popen([sys.executable, "-m", "bench.upstream_proc", str(up_port)],
                                 cwd=ROOT, env=env)
@@ -138,13 +108,12 @@ routes:
     max_output_tokens: 512
     policy: rwoe
 """)
-    proxy_proc = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--config",
-                                   str(cfg)], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+    server = ProxyProcess(cfg, px_port).start()
     rows: list[tuple[str, str, float, float, float, float]] = []
     figures: dict[str, Any] = {}
     try:
-        await _wait(f"http://127.0.0.1:{up_port}/v1/models", upstream)
-        await _wait(f"http://127.0.0.1:{px_port}/healthz", proxy_proc)
+        await wait_ready(f"http://127.0.0.1:{up_port}/v1/models", upstream)
+        await server.ready()
         await asyncio.sleep(10)  # the store loads MiniLM in a thread at start: let it finish
         cases = [("short (3 messages)", 3, "bench-1"), ("50 messages, ~35 KB", 50, "bench-1"),
                  ("1,000 messages, ~870 KB (evicts)", 1000, "small-1")]
@@ -191,15 +160,11 @@ routes:
                                   "litellm_p50_ms": statistics.median(l_lat)}
             figures["stream_ttfb_overhead_ms"] = await streaming(
                 s, f"http://127.0.0.1:{up_port}/v1", f"http://127.0.0.1:{px_port}/v1", iters)
-        figures["proxy_peak_rss_mb"] = rss_peak_mb(proxy_proc.pid)
+        figures["proxy_peak_rss_mb"] = server.peak_rss_mb()
     finally:
-        for p in (proxy_proc, upstream):
-            p.terminate()
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        server.stop()
+        upstream.terminate()
+        upstream.wait(timeout=30)
     lines = ["| request | body | direct p50 (ms) | proxy overhead p50 (ms) | overhead p95 (ms) "
              "| plain `litellm.acompletion` p50 (ms) |", "|---|---|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c:.2f} | **{d:.2f}** | {e:.2f} | {f:.2f} |"
