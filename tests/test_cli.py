@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ routes:
     upstream: {model: openai/demo, mock_response: "hi"}
   - name: claude
     model: "claude-*"
+    context_window: 200000
     upstream: {model: anthropic/claude-3-5-sonnet-latest, api_key_env: CTXW_TEST_NO_SUCH_KEY}
 """
 
@@ -56,7 +58,7 @@ def test_bench_runs_bench_cli_from_the_checkout(monkeypatch: pytest.MonkeyPatch,
         calls.append((cmd, cwd))
         return 0
 
-    monkeypatch.setattr(bench.subprocess, "call", call)
+    monkeypatch.setattr(subprocess, "call", call)
     assert main(["bench", *argv]) == 0
     assert calls == [([sys.executable, "-m", "bench.cli", *argv], bench.ROOT)]
     assert (bench.ROOT / "bench" / "cli.py").is_file()

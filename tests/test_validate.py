@@ -17,7 +17,8 @@ def call(cid: str, name: str = "f") -> dict[str, Any]:
 def check(body: Any) -> dict[str, Any]:
     with pytest.raises(InvalidRequest) as info:
         validate_body(body)
-    return info.value.body()["error"]
+    error: dict[str, Any] = info.value.body()["error"]
+    return error
 
 
 def test_valid_tool_exchange_passes() -> None:
