@@ -29,15 +29,15 @@ serve: install
 test: install browser
 	$(BIN)/python -m pytest -q
 
-# Headless Chromium for tests/test_ui.py: Debian's chromium + chromium-driver (Playwright
+# Headless Chromium for tests/test_admin_ui.py: Debian's chromium + chromium-driver (Playwright
 # drives /usr/bin/chromium; its own browser download fails offline). Needs root and apt;
 # where neither is available the browser test skips and says why.
 browser:
 	@test -x /usr/bin/chromium || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; } \
-	      || echo "make browser: apt-get could not install chromium; tests/test_ui.py will skip"; \
-	  else echo "make browser: no /usr/bin/chromium and no root apt-get; tests/test_ui.py will skip"; fi; }
+	      || echo "make browser: apt-get could not install chromium; tests/test_admin_ui.py will skip"; \
+	  else echo "make browser: no /usr/bin/chromium and no root apt-get; tests/test_admin_ui.py will skip"; fi; }
 
 demo: install
 	$(BIN)/ctxwarden demo --start --config $(CONFIG)
