@@ -24,8 +24,9 @@ SUBCOMMANDS: tuple[str, ...] = ("proxy.cli.serve", "proxy.cli.log", "proxy.cli.d
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ctxwarden", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="ctxwarden", description="An OpenAI-compatible reverse proxy that fits agent "
+        "conversations to the model's window: evicts, offloads, recalls, and logs why.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMANDS:
         importlib.import_module(name).add_parser(sub)
