@@ -81,6 +81,7 @@ def init_app(settings: Settings, store: Store | None = None,
         yield
         if upstream is None:
             await app[UPSTREAM].close()
+        await app[PIPELINE].close()
         await app[STORE].close()
 
     app.cleanup_ctx.append(resources)

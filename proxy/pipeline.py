@@ -24,19 +24,21 @@ from proxy.fitting import Fit, Fitter
 from proxy.recall import (
     CLOSE,
     OPEN,
+    Block,
     ChunkMeta,
     Recalled,
     RecallResult,
-    current_step,
-    inject,
-    search,
+    host_of,
+    make_block,
+    place,
     select,
 )
+from proxy.relate import Relater, Relevance
 from proxy.session import Sessions, SessionState
 from proxy.tokens import TokenCounter, encoding_for
 from proxy.turnlog import TurnLog, summary
 from store.base import Event, EvictedChunk, RecallQuery, Store
-from store.relevance import Hit
+from store.relevance import Hit, Vectors
 
 log = structlog.get_logger("ctxwarden")
 
@@ -106,6 +108,11 @@ class Pipeline:
         self.runtimes = {r.name: RouteRuntime(r, resolve_window(r, i))
                          for i, r in enumerate(settings.routes)}
         self.turns = TurnLog(store)  # per-turn summaries for the inspector, off the hot path
+        # Vectors refine relevance where the store's embedder has them (a LanceStore's).
+        self.relater = Relater(getattr(store, "embedder", None))
+
+    async def close(self) -> None:
+        await self.relater.close()
 
     async def prepare(self, body: dict[str, Any], route: RouteSettings, tenant: str,
                       session: str) -> Prepared:
@@ -139,18 +146,18 @@ class Pipeline:
             extra = state.recall_refs.get(p.chunk.id)
             if extra:
                 p.chunk.refs.extend(extra)
-        # relate: lexical relevance of every chunk, in context or evicted, to this step
-        for p in conv.parts:
-            if state.index.add(p.chunk.id, p.info.text):
-                state.meta[p.chunk.id] = ChunkMeta(p.chunk.turn, p.role, p.chunk.klass.value)
-        step = current_step(conv)
-        hits = search(state.index, step)
-        query = step.text
+        # relate: lexical relevance of every chunk, in context or evicted, to this step;
+        # vectors refine where already computed (the step's own is awaited a few ms)
+        if state.vectors is None and self.relater.embedder is not None:
+            state.vectors = Vectors(state.index)
+        settings = rt.route.recall
+        rel = self.relater.relate(state.index, state.vectors, state.meta, conv,
+                                  settings.vector_wait_ms if settings.enabled else 0)
         # fit: sticky decisions, then the policy, down to the watermark; cut if must
         tools_tokens = rt.counter.tools(body.get("tools"))
         room, reserved = rt.room(body, tools_tokens)
         tokens_in = rt.fitter.cost(conv, set()) + tools_tokens
-        ctx = PolicyContext(turn=conv.turn, similarity=state.index.chunk_scores(hits),
+        ctx = PolicyContext(turn=conv.turn, similarity=rel.similarity,
                             rng=random.Random(f"{session}:{conv.turn}"))
         target = int(room * rt.route.watermark)
         fit = rt.fitter.fit(conv, state.evicted, room, target, rt.policy, ctx)
@@ -158,20 +165,26 @@ class Pipeline:
             rt.fitter.cut(conv, fit, room)
             if fit.tokens > room:
                 raise _too_long(rt, conv, fit, room, reserved, tools_tokens)
-        # recall: evicted passages the step clearly asks about, within the room left
-        fit, out, recall = self._recall(rt, conv, messages, fit, hits, query, state, room,
-                                        target, ctx)
-        if rt.route.recall.cross_session and not recall.passages and query:
-            out, recall = await self._recall_across(rt, conv, out, fit, query, tenant,
-                                                    session, room)
+        # recall: evicted passages the step clearly asks about, within the room left;
+        # blocks from earlier turns stay on their messages while nothing else changes
+        await self.relater.finish(rel, state.index, state.vectors)
+        kept = _carried(state.blocks, conv, fit, room)
+        fit, recall = self._recall(rt, conv, fit, rel, state, room, target, ctx, kept)
+        if settings.cross_session and not recall.passages and rel.step.text:
+            recall = await self._recall_across(rt, conv, fit, recall, tenant, session, room)
+        state.blocks = recall.blocks
+        # assemble: kept messages, stubs and cuts, the recall blocks on their hosts
+        costs = [rt.fitter.part_cost(conv, p, fit.evicted) for p in conv.parts]
+        out = rt.fitter.assemble(conv, messages, fit.evicted, fit.cuts)
+        out = place(out, [p.chunk.id for p, c in zip(conv.parts, costs, strict=True) if c],
+                    recall.blocks)
         # offload and log: one durable append before anything evicted leaves the request
         events = await self._record(rt, conv, fit, recall, tenant, session)
         state.evicted |= {d.part.chunk.id for d in fit.new}
         state.evicted -= {d.part.chunk.id for d in fit.restored}
         for r in recall.passages:
             state.recall_refs.setdefault(r.hit.chunk_id, []).append(conv.turn)
-        costs = [rt.fitter.part_cost(conv, p, fit.evicted) for p in conv.parts]
-        prompt = _fingerprints(conv, costs, fit, recall.tokens)
+        prompt = _fingerprints(conv, costs, fit, recall.blocks)
         ratio = _prefix_ratio(state.last_prompt, prompt)
         state.last_prompt = prompt
         tokens_out = fit.tokens + recall.tokens + tools_tokens
@@ -185,70 +198,87 @@ class Pipeline:
             body={**body, "messages": out}, route=rt.route, tenant=tenant, session=session,
             turn=conv.turn, tokens_in=tokens_in, tokens_out=tokens_out, budget=room,
             evicted=len(fit.evicted), new_evictions=len(fit.new),
-            recalled=len(recall.passages), prefix_ratio=ratio, events=events,
+            recalled=sum(len(b.passages) for b in recall.blocks), prefix_ratio=ratio,
+            events=events,
         )
 
-    def _recall(self, rt: RouteRuntime, conv: Conversation, messages: list[dict[str, Any]],
-                fit: Fit, hits: list[Hit], query: str, state: SessionState, room: int,
-                target: int, ctx: PolicyContext) -> tuple[Fit, list[dict[str, Any]],
-                                                          RecallResult]:
-        """Choose passages of evicted chunks; when they do not fit the room the fit left,
-        fit again leaving room for them (never when the fit had to cut)."""
+    def _recall(self, rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevance,
+                state: SessionState, room: int, target: int, ctx: PolicyContext,
+                kept: list[Block]) -> tuple[Fit, RecallResult]:
+        """Choose passages of evicted chunks not already in a kept block. When they do not
+        fit the room left, fit again leaving room for them if the user asks now or this
+        turn evicts anyway; otherwise (and after a cut) they take the free room, weakest
+        dropped first."""
         settings = rt.route.recall
-        out = rt.fitter.assemble(conv, messages, fit.evicted, fit.cuts)
-        if not settings.enabled or not hits:
-            return fit, out, RecallResult(out)
+        query = rel.step.text
+        result = RecallResult(blocks=kept, tokens=sum(b.tokens for b in kept), query=query)
         in_context = {p.chunk.id for p in conv.parts if p.chunk.id not in fit.evicted}
         recallable = (fit.evicted | state.evicted) - in_context
-        if not recallable:
-            return fit, out, RecallResult(out)
+        if not settings.enabled or not (rel.hits or rel.vectors) or not recallable:
+            return fit, result
+        shown = set().union(*(b.keys for b in kept))
         count = rt.counter.text
-        cap = int(room * settings.budget_fraction) - rt.block_overhead
-        chosen = select(hits, recallable, state.meta, query=query,
+        cap = int(room * settings.budget_fraction) - rt.block_overhead - result.tokens
+        chosen = select([h for h in rel.hits if (h.chunk_id, h.piece) not in shown],
+                        recallable, state.meta, query=query,
                         min_relevance=settings.min_relevance,
                         min_relative=settings.min_relative, top_k=settings.top_k,
-                        budget=cap, count=count)
+                        budget=cap, count=count,
+                        vectors=[v for v in rel.vectors if (v[0].chunk_id, v[0].piece)
+                                 not in shown],
+                        min_similarity=settings.min_similarity)
         if not chosen:
-            return fit, out, RecallResult(out, query=query)
+            return fit, result
         need = sum(r.tokens for r in chosen) + rt.block_overhead
-        if fit.tokens + need > room:
-            if fit.cuts:
-                return fit, out, RecallResult(out, query=query)
+        free = room - fit.tokens - result.tokens
+        asked_now = bool(conv.parts) and conv.parts[-1].role == "user"
+        if need > free and not fit.cuts and not kept and (fit.new or asked_now):
+            # Making room means evicting: worth a prefix change when the user asks now or
+            # the turn evicts anyway; on a tool turn that evicts nothing, recall takes the
+            # free room only and the prefix stays.
             refit = rt.fitter.fit(conv, state.evicted, room - need, min(target, room - need),
                                   rt.policy, ctx)
-            if refit.tokens > room - need:
-                return fit, out, RecallResult(out, query=query)
-            fit = refit
-            out = rt.fitter.assemble(conv, messages, fit.evicted, fit.cuts)
-        messages_out, tokens, used = inject(out, chosen, count, room - fit.tokens)
-        return fit, messages_out, RecallResult(messages_out, tokens, used, query)
+            if refit.tokens <= room - need:
+                fit, free = refit, room - refit.tokens
+        costs = [rt.fitter.part_cost(conv, p, fit.evicted) for p in conv.parts]
+        host = host_of(conv, costs)
+        block = make_block(chosen, host, count, free) if host is not None else None
+        if block is None:
+            return fit, result
+        return fit, RecallResult(blocks=[*kept, block], tokens=result.tokens + block.tokens,
+                                 passages=list(block.passages), query=query)
 
-    async def _recall_across(self, rt: RouteRuntime, conv: Conversation,
-                             out: list[dict[str, Any]], fit: Fit, query: str, tenant: str,
-                             session: str, room: int) -> tuple[list[dict[str, Any]],
-                                                               RecallResult]:
+    async def _recall_across(self, rt: RouteRuntime, conv: Conversation, fit: Fit,
+                             result: RecallResult, tenant: str, session: str,
+                             room: int) -> RecallResult:
         """A route that allows it also searches the tenant's other sessions: the store's
         vector search, under `recall.timeout_ms`, only when this session's own index found
         nothing (the request is valid without it, so a slow store is skipped and logged)."""
         settings = rt.route.recall
-        budget = min(int(room * settings.budget_fraction), room - fit.tokens)
+        budget = min(int(room * settings.budget_fraction), room - fit.tokens) - result.tokens
         in_context = frozenset(p.chunk.id for p in conv.parts if p.chunk.id not in fit.evicted)
-        q = RecallQuery(tenant=tenant, session=session, text=query,
+        q = RecallQuery(tenant=tenant, session=session, text=result.query,
                         exclude_chunk_ids=in_context,
                         budget_tokens=budget - rt.block_overhead, top_k=settings.top_k,
                         min_similarity=settings.min_similarity, cross_session=True)
         if q.budget_tokens <= 0:
-            return out, RecallResult(out, query=query)
+            return result
         try:
             found = await asyncio.wait_for(self.store.recall(q), settings.timeout_ms / 1000)
         except TimeoutError:
             log.warning("recall_skipped", reason="timeout", timeout_ms=settings.timeout_ms)
-            return out, RecallResult(out, query=query)
+            return result
         chosen = [Recalled(Hit(p.chunk_id, i, p.text, p.similarity, p.similarity),
-                           p.turn, p.role, p.klass, p.tokens + 16, ("(vector match)",))
+                           p.turn, p.role, p.klass, p.tokens + 16,
+                           f"another session's passage, cosine {p.similarity:.2f}")
                   for i, p in enumerate(found)]
-        messages, tokens, used = inject(out, chosen, rt.counter.text, budget)
-        return messages, RecallResult(messages, tokens, used, query)
+        costs = [rt.fitter.part_cost(conv, p, fit.evicted) for p in conv.parts]
+        host = host_of(conv, costs)
+        block = make_block(chosen, host, rt.counter.text, budget) if host else None
+        if block is None:
+            return result
+        return RecallResult(blocks=[*result.blocks, block], tokens=result.tokens + block.tokens,
+                            passages=list(block.passages), query=result.query)
 
     async def _record(self, rt: RouteRuntime, conv: Conversation, fit: Fit,
                       recall: RecallResult, tenant: str, session: str) -> list[Event]:
@@ -268,8 +298,7 @@ class Pipeline:
         events += [Event(tenant, session, conv.turn, d.part.chunk.id, d.part.chunk.klass.value,
                          d.part.chunk.tokens, round(d.score, 6), "restore", d.reason, policy,
                          preview=_preview(d.part.info.text)) for d in fit.restored]
-        events += recall.events(tenant, session, conv.turn, policy,
-                                rt.route.recall.min_relevance)
+        events += recall.events(tenant, session, conv.turn, policy)
         if chunks or events:
             await self.store.record(chunks, events)
         return events
@@ -281,17 +310,33 @@ def _preview(text: str, width: int = 100) -> str:
 
 
 def _fingerprints(conv: Conversation, costs: list[int], fit: Fit,
-                  recall_tokens: int) -> list[tuple[str, int]]:
+                  blocks: list[Block]) -> list[tuple[str, int]]:
     """(identity, tokens) of each forwarded message, to measure prompt-cache reuse."""
+    on = {b.host: b for b in blocks}
     out = []
     for p, cost in zip(conv.parts, costs, strict=True):
         if cost:
             mark = "/stub" if p.chunk.id in fit.evicted else ("/cut" if p.cut_tokens else "")
+            b = on.get(p.chunk.id)
+            if b is not None:
+                mark += "/recall:" + ",".join(f"{r.hit.chunk_id}.{r.hit.piece}"
+                                              for r in b.passages)
+                cost += b.tokens
             out.append((p.chunk.id + mark, cost))
-    if recall_tokens and out:
-        fp, cost = out[-1]
-        out[-1] = (fp + "/recall", cost + recall_tokens)
     return out
+
+
+def _carried(blocks: list[Block], conv: Conversation, fit: Fit, room: int) -> list[Block]:
+    """Earlier blocks that stay: the turn evicts, restores and cuts nothing (else the
+    prefix changes anyway and recall is chosen afresh), each host is still forwarded,
+    and they fit the room left."""
+    if not blocks or fit.new or fit.restored or fit.cuts:
+        return []
+    present = {p.chunk.id for p in conv.parts if p.chunk.id not in fit.evicted}
+    kept = [b for b in blocks if b.host in present]
+    if fit.tokens + sum(b.tokens for b in kept) > room:
+        return []
+    return kept
 
 
 def _prefix_ratio(prev: list[tuple[str, int]], cur: list[tuple[str, int]]) -> float:

@@ -19,8 +19,8 @@ from typing import Any
 from proxy.analysis import text_of
 from proxy.chunking import Prefix
 from proxy.errors import InvalidRequest
-from proxy.recall import ChunkMeta
-from store.relevance import RelevanceIndex
+from proxy.recall import Block, ChunkMeta
+from store.relevance import RelevanceIndex, Vectors
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
@@ -52,6 +52,8 @@ class SessionState:
     index: RelevanceIndex = field(default_factory=RelevanceIndex)
     meta: dict[str, ChunkMeta] = field(default_factory=dict)
     prefix: Prefix | None = None  # the previous request, to skip re-analysing its messages
+    vectors: Vectors | None = None  # the index's passages that have embeddings already
+    blocks: list[Block] = field(default_factory=list)  # recall blocks on their messages
 
 
 class Sessions:

@@ -1,0 +1,123 @@
+"""Relate: how much every chunk of a session — in context or evicted — bears on this step.
+
+Lexical first, always, in about a millisecond (store/relevance.py). Vectors refine where
+they are ready: every new passage is handed to the embedder as background work (it runs
+in its own process, store/embedproc.py), the step's words are asked for urgently, and the
+request waits for that at most `recall.vector_wait_ms`; a passage whose vector is not in
+the embedder's cache yet has no cosine this turn. Nothing here blocks on a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from proxy.chunking import Conversation
+from proxy.recall import ChunkMeta, Step, current_step, search
+from store.relevance import Hit, RelevanceIndex, Vectors
+
+log = structlog.get_logger("ctxwarden")
+FEED_MAX = 4096  # passages waiting to be embedded; past it the oldest are dropped
+FEED_BATCH = 16
+
+
+@dataclass(slots=True)
+class Relevance:
+    step: Step
+    hits: list[Hit]
+    similarity: dict[str, float]  # chunk id -> [0, 1], RWOE's cos term
+    query_vector: asyncio.Task[Any] | None = None
+    vectors: list[tuple[Hit, float]] = field(default_factory=list)
+
+
+class Relater:
+    def __init__(self, embedder: Any | None) -> None:
+        self.embedder = embedder  # a store.embed.CachedEmbedder, or None (lexical only)
+        self._feed: deque[str] = deque(maxlen=FEED_MAX)
+        self._feeder: asyncio.Task[None] | None = None
+
+    def relate(self, index: RelevanceIndex, vectors: Vectors | None,
+               meta: dict[str, ChunkMeta], conv: Conversation, wait_ms: int) -> Relevance:
+        for p in conv.parts:
+            if index.add(p.chunk.id, p.info.text):
+                meta[p.chunk.id] = ChunkMeta(p.chunk.turn, p.role, p.chunk.klass.value)
+        step = current_step(conv)
+        hits = search(index, step)
+        rel = Relevance(step, hits, index.chunk_scores(hits))
+        if self.embedder is None or vectors is None:
+            return rel
+        self._submit(vectors.new_texts())
+        vectors.resolve(self.embedder.cached)
+        if step.words:
+            qv = self.embedder.cached(step.words)
+            if qv is not None:
+                rel.vectors = _matches(index, vectors, qv, step)
+                _blend(rel.similarity, rel.vectors)
+            elif wait_ms > 0:
+                rel.query_vector = asyncio.ensure_future(
+                    self.embedder.embed_within([step.words], wait_ms / 1000))
+        return rel
+
+    async def finish(self, rel: Relevance, index: RelevanceIndex,
+                     vectors: Vectors | None) -> None:
+        """The step's vector, if it arrived within its wait: cosines for recall."""
+        task, rel.query_vector = rel.query_vector, None
+        if task is None or vectors is None:
+            return
+        try:
+            got = await task
+        except Exception as exc:  # the embedder is a refinement: never a failed request
+            log.warning("query_vector_failed", error=type(exc).__name__)
+            return
+        if got is not None:
+            rel.vectors = _matches(index, vectors, got[0], rel.step)
+
+    def _submit(self, texts: list[str]) -> None:
+        if not texts:
+            return
+        self._feed.extend(texts)
+        if self._feeder is None or self._feeder.done():
+            self._feeder = asyncio.get_running_loop().create_task(self._run(), name="vectors")
+
+    async def _run(self) -> None:
+        """One background job at a time: the embedder's bulk queue, never ahead of queries."""
+        assert self.embedder is not None
+        while self._feed:
+            batch = [self._feed.popleft() for _ in range(min(FEED_BATCH, len(self._feed)))]
+            try:
+                await self.embedder.embed(batch)
+            except Exception as exc:
+                log.warning("passage_embedding_failed", error=type(exc).__name__)
+                await asyncio.sleep(1.0)
+
+    @property
+    def backlog(self) -> int:
+        return len(self._feed)
+
+    async def close(self) -> None:
+        if self._feeder is not None and not self._feeder.done():
+            self._feeder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._feeder
+
+
+def _matches(index: RelevanceIndex, vectors: Vectors, qv: Any,
+             step: Step) -> list[tuple[Hit, float]]:
+    out = []
+    for n, c in vectors.cosines(qv):
+        h = index.hit(n)
+        if h.chunk_id not in step.source:
+            out.append((h, c))
+    return out
+
+
+def _blend(similarity: dict[str, float], cosines: list[tuple[Hit, float]]) -> None:
+    """RWOE's sim: the better of the lexical share and the cosine, per chunk."""
+    for h, c in cosines:
+        if c > similarity.get(h.chunk_id, 0.0):
+            similarity[h.chunk_id] = min(1.0, c)
