@@ -6,7 +6,7 @@
     ctxwarden_tokens_out_total{route}               prompt tokens forwarded (fitted + recall)
     ctxwarden_evicted_tokens_total{route, class}    tokens newly evicted
     ctxwarden_recalled_tokens_total{route, class}   tokens re-injected by recall
-    ctxwarden_store_seconds{op}                     store calls (offload, log, recall, …)
+    ctxwarden_store_seconds{op}                     store calls (record, evicted_ids, …)
     ctxwarden_upstream_seconds{route, stream}       a whole reply, or until a stream opens
     ctxwarden_overhead_seconds{route}               time in the proxy before forwarding
     ctxwarden_embed_backlog                         evicted chunks waiting to be embedded
@@ -44,7 +44,7 @@ from proxy.keys import STORE, UPSTREAM
 if TYPE_CHECKING:
     from proxy.pipeline import Prepared
 
-STORE_OPS = ("offload", "log", "recall", "evicted_ids", "events", "sessions", "fetch")
+STORE_OPS = ("record", "offload", "log", "recall", "evicted_ids", "events", "sessions", "fetch")
 FAST = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1.0, 2.5, 5.0)
 SLOW = (.005, .01, .025, .05, .1, .25, .5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 _INNER = "__ctxwarden_inner__"

@@ -11,15 +11,17 @@ session's best matches (`recall.min_relative` of the best passage's score). Most
 turns ask nothing about the past and recall nothing. Vectors refine the order only where
 both vectors are already in the embedder's cache (no waiting).
 
-Stable: the recalled block lists passages in conversation order (turn, chunk, piece),
-not score order, so the same set renders byte-identical on consecutive turns, and it goes
-in ONE block at the tail: appended to the last user message or tool result at or before
-the end (never a system message or an assistant's words), so the prefix before it is
-unchanged and no message is added (strict user/assistant alternation survives).
+Stable: a block lists passages in conversation order (turn, chunk, piece), not score
+order, and is appended to the last user message or tool result (never a system message
+or an assistant's words), so the prefix before it is unchanged and no message is added
+(strict user/assistant alternation survives). It then stays on that message, byte for
+byte, on the following turns (`Block`), until a turn that evicts anyway chooses recall
+afresh, or its host leaves the context.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -41,23 +43,62 @@ class Recalled:
     role: str
     klass: str
     tokens: int
-    matched: tuple[str, ...]  # the query terms it shares (the log says why)
+    why: str  # the log's reason: the terms it shares, or its cosine
+
+
+def focus(text: str, qterms: set[str], max_tokens: int, count: Any) -> str:
+    """The lines of `text` that share the most terms with the query, as many as fit
+    `max_tokens`, in their original order (the head when no line matches); "" when not
+    even one line fits. A single line too long alone is cut and ends with " …"."""
+    if max_tokens <= 8:
+        return ""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    scores = [len(qterms.intersection(terms(ln))) for ln in lines]
+    order = sorted(range(len(lines)), key=lambda i: (-scores[i], i))
+    if scores[order[0]] == 0:
+        order = list(range(len(lines)))
+    keep: list[int] = []
+    for i in order:
+        if scores[i] == 0 and keep:
+            break
+        if count("\n".join(lines[j] for j in sorted([*keep, i]))) <= max_tokens:
+            keep.append(i)
+        elif not keep:  # the best line alone is too long: cut it
+            ln = lines[i]
+            chars = max(0, len(ln) * max_tokens // max(1, count(ln)) - 4)
+            return ln[:chars].rstrip() + " …" if chars > 16 else ""
+    return "\n".join(lines[j] for j in sorted(keep))
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A rendered recall block and the message it rides on. It stays there, byte for
+    byte, on the turns that follow (the client resends that message without it), so the
+    prompt prefix through it keeps hitting the provider's cache."""
+
+    host: str  # chunk id of the user message or tool result carrying it
+    text: str
+    tokens: int
+    passages: tuple[Recalled, ...]
+
+    @property
+    def keys(self) -> set[tuple[str, int]]:
+        return {(r.hit.chunk_id, r.hit.piece) for r in self.passages}
 
 
 @dataclass(slots=True)
 class RecallResult:
-    messages: list[dict[str, Any]]
-    tokens: int = 0
-    passages: list[Recalled] = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list)  # kept from earlier turns, then new
+    tokens: int = 0  # all blocks
+    passages: list[Recalled] = field(default_factory=list)  # recalled on this turn
     query: str = ""  # what found them (the inspector shows it)
 
-    def events(self, tenant: str, session: str, turn: int, policy: str,
-               threshold: float) -> list[Event]:
+    def events(self, tenant: str, session: str, turn: int, policy: str) -> list[Event]:
         return [Event(tenant, session, turn, r.hit.chunk_id, r.klass, r.tokens,
-                      round(r.hit.strength, 6), "recall",
-                      f"lexical match {r.hit.strength:.2f} >= {threshold:g} on: "
-                      + ", ".join(r.matched[:6]),
-                      policy, preview=" ".join(r.hit.text.split())[:100])
+                      round(r.hit.strength, 6), "recall", r.why, policy,
+                      preview=" ".join(r.hit.text.split())[:100])
                 for r in self.passages]
 
 
@@ -136,11 +177,11 @@ def attach(message: dict[str, Any], block: str) -> dict[str, Any]:
     return {**message, "content": block}
 
 
-def host_index(out: list[dict[str, Any]]) -> int | None:
-    """Where the block goes: the last user message or tool result."""
-    for i in range(len(out) - 1, -1, -1):
-        if out[i].get("role") in HOSTS:
-            return i
+def host_of(conv: Conversation, costs: list[int]) -> str | None:
+    """Where a new block goes: the last user message or tool result forwarded."""
+    for p, cost in zip(reversed(conv.parts), reversed(costs), strict=True):
+        if cost and p.role in HOSTS:
+            return p.chunk.id
     return None
 
 
@@ -153,30 +194,48 @@ class ChunkMeta:
 
 def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
            query: str, min_relevance: float, min_relative: float, top_k: int,
-           budget: int, count: Any) -> list[Recalled]:
+           budget: int, count: Any, vectors: Sequence[tuple[Hit, float]] = (),
+           min_similarity: float = 1.0) -> list[Recalled]:
     """The passages to recall: evicted, clear matches, best first within budget and top_k.
-    `count(text) -> tokens`."""
-    if not hits or budget <= 0:
+    A clear match is lexical (strength >= min_relevance, within min_relative of the best
+    word match; a rare identifier has strength 1) or, where the vectors are ready, a
+    cosine >= min_similarity. Rank: strength + cosine. `count(text) -> tokens`."""
+    if budget <= 0 or not (hits or vectors):
         return []
     top = max((h.score for h in hits if h.strength < 1.0), default=0.0)
+    cos = {(h.chunk_id, h.piece): c for h, c in vectors}
+    cands: dict[tuple[str, int], tuple[float, Hit, str]] = {}
+    for h in hits:
+        if h.strength < min_relevance or (h.strength < 1.0 and h.score < min_relative * top):
+            continue
+        c = cos.get((h.chunk_id, h.piece), 0.0)
+        cands[(h.chunk_id, h.piece)] = (h.strength + c, h, "")
+    for h, c in vectors:
+        key = (h.chunk_id, h.piece)
+        if c >= min_similarity and key not in cands:
+            cands[key] = (c, h, f"vector match, cosine {c:.2f} >= {min_similarity:g}")
     qterms = set(terms(query))
     out: list[Recalled] = []
     used = 0
     seen: set[str] = set()
-    for h in hits:
-        if h.strength < min_relevance or (h.strength < 1.0 and h.score < min_relative * top):
-            continue
+    for _, h, why in sorted(cands.values(), key=lambda x: (-x[0], x[1].chunk_id, x[1].piece)):
         if h.chunk_id not in evicted or h.text in seen or not h.text.strip():
             continue
         m = meta.get(h.chunk_id)
         if m is None:
             continue
         tokens = count(h.text) + 16  # its header line in the block
-        if used + tokens > budget:
-            continue
-        matched = tuple(dict.fromkeys(t for t in terms(h.text) if t in qterms))
-        matched = tuple(sorted(matched, key=lambda t: (t.isalpha(), -len(t))))
-        out.append(Recalled(h, m.turn, m.role, m.klass, tokens, matched))
+        if used + tokens > budget:  # too big for what is left: keep the lines that match
+            h = replace(h, text=focus(h.text, qterms, budget - used - 16, count))
+            tokens = count(h.text) + 16
+            if not h.text or used + tokens > budget:
+                continue
+        if not why:
+            matched = sorted(dict.fromkeys(t for t in terms(h.text) if t in qterms),
+                             key=lambda t: (t.isalpha(), -len(t)))
+            why = (f"lexical match {h.strength:.2f} >= {min_relevance:g} on: "
+                   + ", ".join(matched[:6]))
+        out.append(Recalled(h, m.turn, m.role, m.klass, tokens, why))
         seen.add(h.text)
         used += tokens
         if len(out) >= top_k:
@@ -184,18 +243,26 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     return out
 
 
-def inject(out: list[dict[str, Any]], chosen: list[Recalled], count: Any,
-           budget: int) -> tuple[list[dict[str, Any]], int, list[Recalled]]:
-    """Attach the block to its host; drop the weakest passages until the block fits."""
-    host = host_index(out)
-    if host is None or not chosen:
-        return out, 0, []
+def make_block(chosen: list[Recalled], host: str, count: Any, budget: int) -> Block | None:
+    """The block for `chosen`, dropping the weakest passages until it fits `budget`."""
     ranked = list(chosen)
     while ranked:
-        block = render(ranked)
-        tokens = count(block) + 2
+        text = render(ranked)
+        tokens = count(text) + 2
         if tokens <= budget:
-            messages = [*out[:host], attach(out[host], block), *out[host + 1:]]
-            return messages, tokens, ranked
+            return Block(host, text, tokens, tuple(ranked))
         ranked.pop()
-    return out, 0, []
+    return None
+
+
+def place(out: list[dict[str, Any]], hosts: list[str], blocks: list[Block],
+          ) -> list[dict[str, Any]]:
+    """Attach each block to its host message; `hosts[i]` is the chunk id of `out[i]`."""
+    if not blocks:
+        return out
+    where = {cid: i for i, cid in enumerate(hosts)}
+    messages = list(out)
+    for b in blocks:
+        i = where[b.host]
+        messages[i] = attach(messages[i], b.text)
+    return messages

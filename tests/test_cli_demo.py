@@ -38,7 +38,7 @@ def test_demo_start_prints_turns_evictions_recall_and_the_inspector_url(
                         r"\(model 'demo'\)", out[0])
     assert head is not None
     url = head.group(1)
-    turns = [re.fullmatch(r"turn +(\d+)  (.+?) +tokens +([\d,]+) → +([\d,]+)  budget 911",
+    turns = [re.fullmatch(r"turn +(\d+)  (.+?) +tokens +([\d,]+) → +([\d,]+)  budget 1,012",
                           line) for line in out if line.startswith("turn ")]
     assert all(turns) and [int(t.group(1)) for t in turns if t] == list(range(len(STEPS)))
     assert [t.group(2).split(" (")[0] for t in turns if t] == [s.label for s in STEPS]

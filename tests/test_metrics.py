@@ -90,8 +90,7 @@ async def test_counters_follow_requests_statuses_tokens_and_evictions(
     assert get(m, up, route="test", stream="false") == 2  # one reply, one 429
     assert get(m, up, route="test", stream="true") == 1
     assert get(m, "ctxwarden_overhead_seconds_count", route="test") == 3
-    assert get(m, "ctxwarden_store_seconds_count", op="offload") >= 1
-    assert get(m, "ctxwarden_store_seconds_count", op="log") >= 1
+    assert get(m, "ctxwarden_store_seconds_count", op="record") >= 1
     assert get(m, "ctxwarden_store_seconds_count", op="evicted_ids") == 2  # m1 and m2, once each
 
 
@@ -110,6 +109,9 @@ async def test_demo_session_counts_evicted_and_recalled_tokens_by_class(
         assert get(m, "ctxwarden_recalled_tokens_total", route="demo", **{"class": k}) == v
     assert get(m, "ctxwarden_requests_total", path=CHAT, route="demo", status="200") == 10
     assert get(m, "ctxwarden_upstream_seconds_count", route="demo", stream="false") == 10
-    assert get(m, "ctxwarden_store_seconds_count", op="recall") >= 1
+    # One durable store call per turn that evicts or recalls; recall itself reads the
+    # session's index, never the store.
+    assert get(m, "ctxwarden_store_seconds_count", op="record") >= 1
+    assert get(m, "ctxwarden_store_seconds_count", op="recall") == 0
     assert get(m, "ctxwarden_tokens_in_total", route="demo") == sum(
         t["tokens_in"] for t in result.turns)

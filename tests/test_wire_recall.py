@@ -121,11 +121,14 @@ async def test_the_same_recall_renders_byte_identical(
     first = upstream.history[-1].body["messages"][-1]["content"]
     await post(client, history)
     assert upstream.history[-1].body["messages"][-1]["content"] == first
-    block = first[first.index(OPEN):]
-    more = [*history, assistant(None, call("c_x", "read_file", "{}")), tool("c_x", listing(99))]
+    sent = upstream.history[-1].body["messages"]
+    assert OPEN in first
+    more = [*history, assistant(None, call("c_x", "read_file", "{}")), tool("c_x", "ok")]
     await post(client, more)
-    last = upstream.history[-1].body["messages"][-1]["content"]
-    assert last.endswith(block)  # same set, same bytes, now on the newest host message
+    after = upstream.history[-1].body["messages"]
+    # The block stays on the question, byte for byte: the whole previous prompt is a
+    # prefix of this one (the client resent the question without it).
+    assert after[: len(sent)] == sent and after[len(sent) - 1]["content"] == first
 
 
 async def test_an_oversized_tool_result_is_cut_not_refused(
@@ -188,3 +191,21 @@ async def test_a_stalled_cross_session_search_is_skipped_not_waited_for(
     skipped = [e for e in logs if e["event"] == "recall_skipped"]
     assert skipped == [{"event": "recall_skipped", "reason": "timeout", "timeout_ms": 50,
                         "log_level": "warning"}]
+
+
+def test_focus_keeps_the_best_matching_lines_in_order() -> None:
+    from proxy.recall import focus
+    from proxy.tokens import TokenCounter, encoding_for
+    from store.relevance import terms
+
+    count = TokenCounter(encoding_for("gpt-4o")).text
+    text = "\n".join(["# ADR-012: Refund rounding", "Status: accepted.",
+                      "Context: refunds were floats and lost a cent.",
+                      "Decision: the partial-refund fee is 0.35 EUR; ticket PAY-4417.",
+                      "Consequences: invoices and refunds round alike."])
+    q = set(terms("Which ticket tracks it, and what about the partial-refund fee?"))
+    decision = text.splitlines()[3]
+    assert focus(text, q, count(decision) + 2, count) == decision  # the best line first
+    both = focus(text, q, 60, count).splitlines()
+    assert both[0] == text.splitlines()[0] and decision in both  # more room: in order
+    assert focus(text, q, 4, count) == ""
