@@ -47,6 +47,11 @@ SECTIONS: dict[str, tuple[str, str, Callable[[bool], Any]]] = {
                  "with zero latency, `ctxwarden serve` with a LanceDB store, this client); "
                  "overhead is the median of per-iteration differences (proxy − direct).",
                  _run("bench.overhead")),
+    "agentloop": ("Agent loops: facts kept, cold histories, tau-bench, overhead",
+                  "Issue 10's \"Done when\", measured through the real app over HTTP on "
+                  "generated agent sessions and tau-bench (bench/agentloop.py, generator "
+                  "bench/agentgen.py): every policy on the same traffic, targets stated "
+                  "as met or not.", _run("bench.agentloop")),
     "forwarding": ("Forwarding transport", "Why OpenAI-wire routes use the direct aiohttp "
                    "transport and everything else LiteLLM (bench/forwarding.py).",
                    _run("bench.forwarding")),
