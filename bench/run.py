@@ -2,6 +2,9 @@
 
     .venv/bin/python -m bench.run --out docs/benchmarks.md [--quick] [--only NAME ...]
 
+With --only, the named sections are replaced in the existing document and the others keep
+their figures (each section's footer says how and when it was made).
+
 Each section is a module with `run(quick) -> markdown` (sync or async); a section that
 fails is reported as failed in the document rather than silently left out. Loopback
 only, no network; the full run takes about 10 minutes on 2 cores.
@@ -16,6 +19,7 @@ import importlib
 import inspect
 import os
 import platform
+import re
 import sys
 import time
 import traceback
@@ -82,16 +86,45 @@ async def _section(name: str, quick: bool) -> str:
         body = "**This section failed:**\n\n```\n" + traceback.format_exc(limit=4) + "```"
     took = time.perf_counter() - started
     print(f"bench: {name} done in {took:.0f} s", file=sys.stderr)
-    return f"## {title}\n\n{intro}\n\n{body}\n\n_({name}: {took:.0f} s)_\n"
+    made = f"{name}: {took:.0f} s{', --quick' if quick else ''}, {dt.date.today().isoformat()}"
+    return f"## {title}\n\n{intro}\n\n{body}\n\n_({made})_\n"
+
+
+def splice(doc: str, parts: dict[str, str]) -> str:
+    """`doc` with the sections named in `parts` (by title) replaced, others kept in place;
+    a section `doc` does not have yet goes before the first one that is not a benchmark."""
+    chunks = re.split(r"(?m)^(?=## )", doc)
+    head, sections = chunks[0], chunks[1:]
+    titles = {SECTIONS[n][0]: n for n in parts}
+    done: set[str] = set()
+    out = []
+    for sec in sections:
+        title = sec.split("\n", 1)[0][3:].strip()
+        if title in titles:
+            out.append(parts[titles[title]] + "\n")
+            done.add(titles[title])
+        else:
+            out.append(sec)
+    known = {t for t, _, _ in SECTIONS.values()}
+    at = next((i for i, sec in enumerate(out) if sec.split("\n", 1)[0][3:].strip()
+               not in known), len(out))
+    out[at:at] = [parts[n] + "\n" for n in parts if n not in done]
+    return head + "".join(out)
 
 
 async def main(out: Path | None, quick: bool, only: list[str]) -> str:
+    """Every section (or those in `only`) into `out`. With `only` and an existing `out`,
+    only those sections are replaced: the rest of the document keeps its figures."""
     names = only or list(SECTIONS)
     unknown = [n for n in names if n not in SECTIONS]
     if unknown:
         raise SystemExit(f"Unknown benchmark: {', '.join(unknown)} "
                          f"(known: {', '.join(SECTIONS)})")
     parts = [await _section(n, quick) for n in names]
+    if only and out is not None and out.exists():
+        doc = splice(out.read_text(), dict(zip(names, parts, strict=True)))
+        out.write_text(doc)
+        return doc
     head = ["# Benchmarks", "",
             f"Made by `make bench` (`python -m bench.run --out docs/benchmarks.md"
             f"{' --quick' if quick else ''}`) on {dt.date.today().isoformat()}: "
