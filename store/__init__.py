@@ -11,8 +11,9 @@ from store.base import (  # noqa: E402
     Passage,
     RecallQuery,
     Store,
+    Turn,
 )
 from store.errors import StoreError, StoreUnavailable  # noqa: E402
 
 __all__ = ["EvictedChunk", "Event", "MemoryStore", "Passage", "RecallQuery", "Store",
-           "StoreError", "StoreUnavailable"]
+           "StoreError", "StoreUnavailable", "Turn"]

@@ -53,6 +53,20 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True)
+class Turn:
+    """One turn's summary (proxy/turnlog.py): what the turn's numbers were, not a decision.
+    `data` is any JSON object (window, budget, tokens kept/evicted/recalled by class, the
+    recall's query, …); one row per (tenant, session, turn): the first one written stays."""
+
+    tenant: str
+    session: str
+    turn: int
+    policy: str
+    data: dict[str, Any]
+    time: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True, slots=True)
 class Passage:
     chunk_id: str
     passage_id: str
@@ -102,6 +116,12 @@ class Store(Protocol):
                     chunk_ids: Sequence[str]) -> list[EvictedChunk]:
         """The exact offloaded chunks, in the order asked (unknown ids are skipped)."""
 
+    async def log_turns(self, turns: Sequence[Turn]) -> None:
+        """Turn summaries (their own table); idempotent per (tenant, session, turn)."""
+
+    async def turns(self, tenant: str, session: str) -> list[Turn]:
+        """The session's turn summaries, by turn."""
+
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until background work (embedding) is done; a no-op when there is none."""
 
@@ -144,6 +164,7 @@ class MemoryStore:
         self.chunks: dict[tuple[str, str, str], EvictedChunk] = {}
         self._events: list[Event] = []
         self._seen: set[tuple[str, str, int, str, str]] = set()
+        self._turns: dict[tuple[str, str, int], Turn] = {}
 
     async def record(self, chunks: Sequence[EvictedChunk], events: Sequence[Event]) -> None:
         await self.offload(chunks)
@@ -179,6 +200,14 @@ class MemoryStore:
                     chunk_ids: Sequence[str]) -> list[EvictedChunk]:
         found = (self.chunks.get((tenant, session, c)) for c in dict.fromkeys(chunk_ids))
         return [c for c in found if c is not None]
+
+    async def log_turns(self, turns: Sequence[Turn]) -> None:
+        for t in turns:
+            self._turns.setdefault((t.tenant, t.session, t.turn), t)
+
+    async def turns(self, tenant: str, session: str) -> list[Turn]:
+        return sorted((t for (ten, ses, _), t in self._turns.items()
+                       if ten == tenant and ses == session), key=lambda t: t.turn)
 
     async def flush(self, timeout: float | None = None) -> None:
         return None

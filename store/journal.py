@@ -1,14 +1,15 @@
 """Rows that are durable in the write-ahead log but not in LanceDB yet, and the task that
 moves them there.
 
-`record` appends one WAL record (a request's chunk and event rows, JSON) and returns once
-it is fsynced; the rows then sit in this in-memory view until the replayer has merged
-them into LanceDB (`merge_insert` on content ids: a record replayed twice writes nothing
-twice), after which the log segments that held them are deleted. Readers ask the view
-first and LanceDB second and take the union, so what `record` acknowledged is visible at
-once; a row leaves the view only after its LanceDB commit, so between the two reads it is
-in one of them (read the view *before* LanceDB, never after). At start the whole log is
-loaded into the view, and the replayer moves it into LanceDB while the store serves.
+`record` appends one WAL record (a request's rows by table, JSON: `{"chunks": [..],
+"events": [..]}`; turn summaries go the same way) and returns once it is fsynced; the rows
+then sit in this in-memory view until the replayer has merged them into LanceDB
+(`merge_insert` on content ids: a record replayed twice writes nothing twice), after which
+the log segments that held them are deleted. Readers ask the view first and LanceDB
+second and take the union, so what `record` acknowledged is visible at once; a row
+leaves the view only after its LanceDB commit, so between the two reads it is in one of
+them (read the view *before* LanceDB, never after). At start the whole log is loaded into
+the view, and the replayer moves it into LanceDB while the store serves.
 
 Failure: a replay round that fails (LanceDB down, the disk full) is retried with backoff;
 its rows stay in the view and in the log, so nothing is lost and readers still see them.
@@ -32,28 +33,30 @@ from store.wal import Loaded, WriteAheadLog
 log = structlog.get_logger("ctxwarden.store")
 
 Row = dict[str, Any]
-Apply = Callable[[list[Row], list[Row]], Awaitable[None]]
+Rows = dict[str, list[Row]]  # by table name
+Apply = Callable[[Rows], Awaitable[None]]
 ROUND_ROWS = 2_000  # rows per replay round (one LanceDB commit per table per round)
 
 
 @dataclass(slots=True)
 class Pending:
-    chunks: list[Row]
-    events: list[Row]
+    rows: Rows
     since: float  # when it became durable (monotonic): the replay lag
 
 
 class Journal:
-    def __init__(self, wal: WriteAheadLog, apply: Apply, *, replay: bool = True,
-                 max_backoff: float = 30.0) -> None:
+    """`tables`: the names a record may carry rows for; every row has `id` and `scope`."""
+
+    def __init__(self, wal: WriteAheadLog, apply: Apply, tables: Iterable[str], *,
+                 replay: bool = True, max_backoff: float = 30.0) -> None:
         self.wal = wal
         self._apply = apply
+        self.tables = tuple(tables)
         self.replay = replay  # False: never move records into LanceDB (tests of a crash)
         self._max_backoff = max_backoff
         self._records: OrderedDict[int, Pending] = OrderedDict()  # by sequence number
-        self.chunks: dict[str, Row] = {}  # by id (the chunk key)
-        self.events: dict[str, Row] = {}  # by id
-        self._scopes: dict[str, dict[str, Row]] = {}  # event rows by scope
+        self.rows: dict[str, dict[str, Row]] = {t: {} for t in self.tables}  # by id
+        self._scopes: dict[str, dict[str, dict[str, Row]]] = {t: {} for t in self.tables}
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -62,46 +65,51 @@ class Journal:
         self.replayed = 0  # records moved into LanceDB (tests, benchmarks)
 
     # -- writing ---------------------------------------------------------------------------
-    async def record(self, chunks: list[Row], events: list[Row]) -> None:
+    async def record(self, rows: Rows) -> None:
         """Durable when it returns (fsynced in the log); visible to readers at once."""
-        payload = orjson.dumps({"chunks": chunks, "events": events})
-        await self.wal.append(payload, lambda seq: self._add(seq, chunks, events))
+        rows = {t: r for t, r in rows.items() if r}
+        unknown = set(rows) - set(self.tables)
+        if unknown:
+            raise ValueError(f"no such table in the journal: {sorted(unknown)}")
+        payload = orjson.dumps(rows)
+        await self.wal.append(payload, lambda seq: self._add(seq, rows))
 
-    def load(self, loaded: Loaded) -> list[Row]:
-        """Take what the log held at start into the view; the chunk rows (for embedding)."""
-        out: list[Row] = []
+    def load(self, loaded: Loaded) -> None:
+        """Take what the log held at start into the view."""
         for seq, payload in loaded.records:
             try:
                 rec = orjson.loads(payload)
-                chunks, events = list(rec["chunks"]), list(rec["events"])
-            except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+                rows = {t: list(rec.get(t) or ()) for t in self.tables}
+                unknown = set(rec) - set(self.tables)
+            except (orjson.JSONDecodeError, AttributeError, TypeError) as exc:
                 log.error("wal_record_unreadable", seq=seq, error=type(exc).__name__)
                 continue
-            self._add(seq, chunks, events)
-            out += chunks
-        return out
+            if unknown:  # a newer version's table: kept in the log, not replayed here
+                log.error("wal_record_unknown_tables", seq=seq, tables=sorted(unknown))
+            self._add(seq, rows)
 
-    def _add(self, seq: int, chunks: list[Row], events: list[Row]) -> None:
-        self._records[seq] = Pending(chunks, events, time.monotonic())
-        for r in chunks:
-            self.chunks[r["id"]] = r
-        for r in events:
-            self.events[r["id"]] = r
-            self._scopes.setdefault(r["scope"], {})[r["id"]] = r
+    def _add(self, seq: int, rows: Rows) -> None:
+        self._records[seq] = Pending(rows, time.monotonic())
+        for table, part in rows.items():
+            by_id, scopes = self.rows[table], self._scopes[table]
+            for r in part:
+                by_id[r["id"]] = r
+                scopes.setdefault(r["scope"], {})[r["id"]] = r
         if self.replay:
             self._idle.clear()
             self._wake.set()
 
     # -- reading (snapshots: take them before the LanceDB query) ----------------------------
-    def scope_events(self, scope: str) -> list[Row]:
-        return list(self._scopes.get(scope, {}).values())
+    def scope_rows(self, table: str, scope: str) -> list[Row]:
+        return list(self._scopes[table].get(scope, {}).values())
 
-    def all_events(self, tenant_key: str | None = None) -> list[Row]:
-        return [r for r in self.events.values()
+    def all_rows(self, table: str, tenant_key: str | None = None) -> list[Row]:
+        return [r for r in self.rows[table].values()
                 if tenant_key is None or r["tenant_key"] == tenant_key]
 
-    def chunk_rows(self, keys: Iterable[str]) -> dict[str, Row]:
-        return {k: self.chunks[k] for k in keys if k in self.chunks}
+    def by_id(self, table: str, ids: Iterable[str]) -> dict[str, Row]:
+        rows = self.rows[table]
+        return {k: rows[k] for k in ids if k in rows}
 
     @property
     def backlog(self) -> int:
@@ -129,9 +137,9 @@ class Journal:
                 await self._wake.wait()
                 self._wake.clear()
                 continue
-            seqs, chunks, events = self._round()
+            seqs, rows = self._round()
             try:
-                await self._apply(list(chunks.values()), list(events.values()))
+                await self._apply(rows)
             except Exception as exc:
                 self.failures += 1
                 delay = min(self._max_backoff, 0.25 * 2 ** min(self.failures, 10))
@@ -146,34 +154,34 @@ class Journal:
             except Exception as exc:
                 log.warning("wal_release_failed", error=type(exc).__name__, detail=str(exc)[:200])
 
-    def _round(self) -> tuple[list[int], dict[str, Row], dict[str, Row]]:
-        """The oldest records, up to about ROUND_ROWS rows, deduplicated by id."""
+    def _round(self) -> tuple[list[int], Rows]:
+        """The oldest records, up to about ROUND_ROWS rows, deduplicated by id per table."""
         seqs: list[int] = []
-        chunks: dict[str, Row] = {}
-        events: dict[str, Row] = {}
+        merged: dict[str, dict[str, Row]] = {t: {} for t in self.tables}
+        count = 0
         for seq, rec in self._records.items():
-            if seqs and len(chunks) + len(events) >= ROUND_ROWS:
+            if seqs and count >= ROUND_ROWS:
                 break
             seqs.append(seq)
-            for r in rec.chunks:
-                chunks.setdefault(r["id"], r)
-            for r in rec.events:
-                events.setdefault(r["id"], r)
-        return seqs, chunks, events
+            for table, part in rec.rows.items():
+                for r in part:
+                    merged[table].setdefault(r["id"], r)
+                count += len(part)
+        return seqs, {t: list(m.values()) for t, m in merged.items() if m}
 
     def _applied(self, seqs: list[int]) -> None:
         for seq in seqs:
             rec = self._records.pop(seq)
             self.replayed += 1
-            for r in rec.chunks:
-                self.chunks.pop(r["id"], None)
-            for r in rec.events:
-                self.events.pop(r["id"], None)
-                scope = self._scopes.get(r["scope"])
-                if scope is not None:
-                    scope.pop(r["id"], None)
-                    if not scope:
-                        del self._scopes[r["scope"]]
+            for table, part in rec.rows.items():
+                by_id, scopes = self.rows[table], self._scopes[table]
+                for r in part:
+                    by_id.pop(r["id"], None)
+                    scope = scopes.get(r["scope"])
+                    if scope is not None:
+                        scope.pop(r["id"], None)
+                        if not scope:
+                            del scopes[r["scope"]]
 
     async def drain(self, timeout: float | None = None) -> None:
         """Wait until everything logged so far is in LanceDB (a no-op without a replayer)."""

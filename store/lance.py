@@ -37,7 +37,15 @@ import pyarrow as pa
 import structlog
 
 from store import schema as S
-from store.base import Event, EvictedChunk, Passage, RecallQuery, latest_evicted, summarise
+from store.base import (
+    Event,
+    EvictedChunk,
+    Passage,
+    RecallQuery,
+    Turn,
+    latest_evicted,
+    summarise,
+)
 from store.commits import GroupCommit
 from store.embed import Embedder
 from store.errors import StoreUnavailable, unavailable
@@ -49,6 +57,8 @@ from store.worker import EmbedWorker, Row, compact, ensure_indexes, unembedded, 
 log = structlog.get_logger("ctxwarden.store")
 OPTIMIZE_EVERY = 64  # commits per table between compactions (LanceDB: "> 20 operations")
 QUERY_EMBED_TIMEOUT = 30.0  # s; a recall gives up on a query vector not ready by then
+LOGGED = (S.CHUNKS, S.EVENTS, S.TURNS)  # tables written through the log, in replay order
+SCHEMAS = {S.CHUNKS: S.CHUNK_SCHEMA, S.EVENTS: S.EVENT_SCHEMA, S.TURNS: S.TURN_SCHEMA}
 
 
 def _unavailable(what: str, exc: BaseException) -> StoreUnavailable:
@@ -87,7 +97,7 @@ class LanceStore:
         self.wal_dir = Path(wal_dir) if wal_dir is not None else default_wal_dir(self.uri)
         writes_log = background if wal is None else wal
         self.journal = Journal(WriteAheadLog(self.wal_dir, writer=writes_log), self._replay,
-                               replay=replay and writes_log)
+                               LOGGED, replay=replay and writes_log)
         self._logged = writes_log  # writes go to the log (else straight to LanceDB)
 
     # -- opening ---------------------------------------------------------------------------
@@ -105,6 +115,7 @@ class LanceStore:
                 for name, sch in ((S.CHUNKS, S.CHUNK_SCHEMA), (S.EVENTS, S.EVENT_SCHEMA)):
                     self._tables[name] = await db.create_table(name, schema=sch, exist_ok=True)
                     await ensure_indexes(self._tables[name], name, S.INDEXED[name])
+                await self._open_turns(db)
                 await self._open_passages(None, db)
                 loaded = await asyncio.to_thread(self.journal.wal.load)
                 self._db = db
@@ -119,6 +130,21 @@ class LanceStore:
             if self.background:
                 self.worker.start()
                 self._warm = asyncio.get_running_loop().create_task(warm_up(self.embedder))
+
+    async def _open_turns(self, db: Any) -> Any:
+        """The turns table (newer than the others): a read-only store made before it
+        existed still opens, and shows only the summaries in the log."""
+        tbl = self._tables.get(S.TURNS)
+        if tbl is None:
+            try:
+                tbl = await db.create_table(S.TURNS, schema=S.TURN_SCHEMA, exist_ok=True)
+            except Exception as exc:
+                log.warning("store_table_unavailable", table=S.TURNS, error=type(exc).__name__,
+                            detail=str(exc)[:200])
+                return None
+            await ensure_indexes(tbl, S.TURNS, S.INDEXED[S.TURNS])
+            self._tables[S.TURNS] = tbl
+        return tbl
 
     async def _passages(self, dim: int | None = None) -> Any:
         """The passages table; created (by the worker) once the vector size is known."""
@@ -146,6 +172,8 @@ class LanceStore:
         return tbl
 
     async def _merge(self, name: str, rows: list[dict[str, Any]], sch: pa.Schema) -> None:
+        if name == S.TURNS and await self._open_turns(self._db) is None:
+            raise RuntimeError(f"the {S.TURNS} table cannot be created in {self.uri}")
         await self._group.merge(name, rows, sch)  # concurrent writes share one commit
 
     async def _commit(self, name: str, rows: list[dict[str, Any]], sch: pa.Schema) -> None:
@@ -160,16 +188,9 @@ class LanceStore:
         fsync, shared with concurrent requests); embedding happens later, in the worker."""
         if not chunks and not events:
             return
-        await self._ready()
-        chunk_rows, event_rows = S.chunk_rows(chunks), S.event_rows(events)
-        if self._logged:
-            try:
-                await self.journal.record(chunk_rows, event_rows)
-            except Exception as exc:
-                raise _unavailable("store evicted chunks" if chunks else "log decisions",
-                                   exc) from exc
-        else:
-            await self._direct(chunk_rows, event_rows)
+        chunk_rows = S.chunk_rows(chunks)
+        await self._write({S.CHUNKS: chunk_rows, S.EVENTS: S.event_rows(events)},
+                          "store evicted chunks" if chunks else "log decisions")
         if chunk_rows:
             self.worker.submit(chunk_rows)
 
@@ -180,25 +201,37 @@ class LanceStore:
     async def log(self, events: Sequence[Event]) -> None:
         await self.record((), events)
 
-    async def _direct(self, chunk_rows: list[Row], event_rows: list[Row]) -> None:
-        """Without a log: committed to LanceDB before it returns (chunks first)."""
-        try:
-            if chunk_rows:
-                await self._merge(S.CHUNKS, chunk_rows, S.CHUNK_SCHEMA)
-        except Exception as exc:
-            raise _unavailable("store evicted chunks", exc) from exc
-        try:
-            if event_rows:
-                await self._merge(S.EVENTS, event_rows, S.EVENT_SCHEMA)
-        except Exception as exc:
-            raise _unavailable("log decisions", exc) from exc
+    async def log_turns(self, turns: Sequence[Turn]) -> None:
+        """Turn summaries into their own table, durable when it returns (the log, like
+        `record`); the first summary of a (tenant, session, turn) stays."""
+        if turns:
+            await self._write({S.TURNS: S.turn_rows(turns)}, "log turn summaries")
 
-    async def _replay(self, chunk_rows: list[Row], event_rows: list[Row]) -> None:
+    async def _write(self, rows: dict[str, list[Row]], what: str) -> None:
+        await self._ready()
+        if not self._logged:
+            await self._direct(rows, what)
+            return
+        try:
+            await self.journal.record(rows)
+        except Exception as exc:
+            raise _unavailable(what, exc) from exc
+
+    async def _direct(self, rows: dict[str, list[Row]], what: str) -> None:
+        """Without a log: committed to LanceDB before it returns (chunks first)."""
+        for name in LOGGED:
+            if rows.get(name):
+                try:
+                    await self._merge(name, rows[name], SCHEMAS[name])
+                except Exception as exc:
+                    raise _unavailable("log decisions" if name == S.EVENTS else what,
+                                       exc) from exc
+
+    async def _replay(self, rows: dict[str, list[Row]]) -> None:
         """The journal's apply: logged rows into LanceDB (chunks first), then upkeep."""
-        if chunk_rows:
-            await self._merge(S.CHUNKS, chunk_rows, S.CHUNK_SCHEMA)
-        if event_rows:
-            await self._merge(S.EVENTS, event_rows, S.EVENT_SCHEMA)
+        for name in LOGGED:
+            if rows.get(name):
+                await self._merge(name, rows[name], SCHEMAS[name])
         await self._maintain()
 
     async def recall(self, query: RecallQuery) -> list[Passage]:
@@ -239,7 +272,7 @@ class LanceStore:
         """Chunks whose latest evict/restore event is an evict: sticky across restarts."""
         await self._ready()
         scope = S.scope_key(tenant, session)
-        logged = self.journal.scope_events(scope)
+        logged = self.journal.scope_rows(S.EVENTS, scope)
         rows = await self._rows(S.EVENTS, S.eq("scope", scope)
                                 + " AND action IN ('evict', 'restore')",
                                 ["chunk_id", "action", "turn", "time"], "read evictions")
@@ -249,7 +282,7 @@ class LanceStore:
     async def events(self, tenant: str, session: str) -> list[Event]:
         await self._ready()
         scope = S.scope_key(tenant, session)
-        logged = self.journal.scope_events(scope)
+        logged = self.journal.scope_rows(S.EVENTS, scope)
         rows = _union(await self._rows(S.EVENTS, S.eq("scope", scope), None, "read events"),
                       logged)
         return [S.row_event(r) for r in sorted(rows, key=lambda r: (r["turn"], r["time"]))]
@@ -257,7 +290,7 @@ class LanceStore:
     async def sessions(self, tenant: str | None = None) -> list[dict[str, Any]]:
         await self._ready()
         tkey = S.tenant_key(tenant) if tenant is not None else None
-        logged = self.journal.all_events(tkey)
+        logged = self.journal.all_rows(S.EVENTS, tkey)
         where = S.eq("tenant_key", tkey) if tkey is not None else None
         rows = await self._rows(S.EVENTS, where, ["id", "tenant", "session", "turn", "time",
                                                   "action", "tokens"], "list sessions")
@@ -270,13 +303,24 @@ class LanceStore:
         if not keys:
             return []
         await self._ready()
-        found = self.journal.chunk_rows(keys)
+        found = self.journal.by_id(S.CHUNKS, keys)
         rest = [k for k in keys if k not in found]
         if rest:
             rows = await self._rows(S.CHUNKS, "id IN (" + ", ".join(f"'{k}'" for k in rest)
                                     + ")", None, "read chunks")
             found.update((r["id"], r) for r in rows)
         return [S.row_chunk(found[k]) for k in keys if k in found]
+
+    async def turns(self, tenant: str, session: str) -> list[Turn]:
+        """The session's turn summaries, by turn (logged ones included)."""
+        await self._ready()
+        scope = S.scope_key(tenant, session)
+        logged = self.journal.scope_rows(S.TURNS, scope)
+        rows = logged
+        if S.TURNS in self._tables:
+            rows = _union(await self._rows(S.TURNS, S.eq("scope", scope), None, "read turns"),
+                          logged)
+        return [S.row_turn(r) for r in sorted(rows, key=lambda r: (r["turn"], r["time"]))]
 
     async def _rows(self, name: str, where: str | None, columns: list[str] | None,
                     what: str) -> list[dict[str, Any]]:
@@ -330,7 +374,7 @@ class LanceStore:
         """Chunks without passages: logged ones first (not in LanceDB yet), then LanceDB's."""
         await self._ready()
         return await unembedded(self._tables[S.CHUNKS], await self._passages(), limit,
-                                logged=list(self.journal.chunks.values()))
+                                logged=list(self.journal.rows[S.CHUNKS].values()))
 
     async def _maintain(self) -> None:
         for name, n in list(self._commits.items()):
@@ -350,10 +394,10 @@ class LanceStore:
             wal_lag_s                  age of the oldest of them (0 when none)
         """
         await self._ready()
-        logged = {S.CHUNKS: list(self.journal.chunks), S.EVENTS: list(self.journal.events)}
         out: dict[str, float] = {S.PASSAGES: 0}
         for name, tbl in self._tables.items():
-            out[name] = int(await tbl.count_rows()) + await self._missing(tbl, logged.get(name))
+            logged = list(self.journal.rows[name]) if name in LOGGED else None
+            out[name] = int(await tbl.count_rows()) + await self._missing(tbl, logged)
         return {**out, **self.lag()}
 
     def lag(self) -> dict[str, float]:

@@ -14,15 +14,18 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
-from store.base import Event, EvictedChunk
+from store.base import Event, EvictedChunk, Turn
 from store.split import passage_id, split_text
 
 CHUNKS = "chunks"  # raw evicted chunks, durable before embedding (never deleted)
 PASSAGES = "passages"  # ≤256-token pieces with vectors (written by the background worker)
 EVENTS = "events"  # the decision log
-INDEXED = {CHUNKS: ("id",), PASSAGES: ("id", "scope"), EVENTS: ("id", "scope")}
+TURNS = "turns"  # one summary per turn (the inspector's timeline), not decisions
+INDEXED = {CHUNKS: ("id",), PASSAGES: ("id", "scope"), EVENTS: ("id", "scope"),
+           TURNS: ("id", "scope")}
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -71,6 +74,13 @@ EVENT_SCHEMA = pa.schema([
     pa.field("tokens", pa.int64()), pa.field("score", pa.float64()),
     pa.field("action", pa.string()), pa.field("reason", pa.string()),
     pa.field("policy", pa.string()), pa.field("preview", pa.string()),
+    pa.field("time", pa.float64()),
+])
+
+
+TURN_SCHEMA = pa.schema([
+    pa.field("id", pa.string()), *_OWNER, pa.field("turn", pa.int64()),
+    pa.field("policy", pa.string()), pa.field("data", pa.string()),  # a JSON object
     pa.field("time", pa.float64()),
 ])
 
@@ -132,6 +142,23 @@ def passage_rows(chunks: Iterable[dict[str, Any]], max_tokens: int) -> list[dict
                 "tokens": tokens,
             })
     return out
+
+
+def turn_rows(turns: Sequence[Turn]) -> list[dict[str, Any]]:
+    """Turn id = (tenant, session, turn): the first summary of a turn stays."""
+    rows: dict[str, dict[str, Any]] = {}
+    for t in turns:
+        key = hkey("turn", t.tenant, t.session, str(t.turn))
+        rows.setdefault(key, {
+            "id": key, **_owner(t.tenant, t.session), "turn": t.turn, "policy": t.policy,
+            "data": orjson.dumps(t.data).decode(), "time": t.time,
+        })
+    return list(rows.values())
+
+
+def row_turn(r: dict[str, Any]) -> Turn:
+    return Turn(r["tenant"], r["session"], int(r["turn"]), r["policy"], orjson.loads(r["data"]),
+                time=float(r["time"]))
 
 
 def row_event(r: dict[str, Any]) -> Event:

@@ -16,7 +16,7 @@ import pytest
 
 import store.wal
 from store import schema as S
-from store.base import Event, EvictedChunk
+from store.base import Event, EvictedChunk, MemoryStore, Store, Turn
 from store.errors import StoreUnavailable
 from store.lance import LanceStore
 from tests.support.app import CHAT, STUB, ClientFactory, chat, config, make
@@ -189,3 +189,34 @@ async def held_back_landed(lance: LanceStore, upstream: UpstreamServer, count: s
     assert stubs and set(stubs) <= set(evicted)
     stored = await lance.fetch("default", "s-fault", evicted)
     assert [c.chunk_id for c in stored] == evicted and all(c.text for c in stored)
+
+
+# --- turn summaries: their own table ----------------------------------------------------------
+def summary(turn: int, session: str = "s1", **data: Any) -> Turn:
+    return Turn("acme", session, turn, "rwoe", {"budget": 3600, "kept": {"TOOL": turn}, **data})
+
+
+@pytest.mark.parametrize("kind", ["memory", "lance"])
+async def test_turn_summaries_have_their_own_table(tmp_path: Path, kind: str) -> None:
+    def open_store() -> Store:
+        return MemoryStore() if kind == "memory" else LanceStore(tmp_path / "db", FakeEmbedder())
+
+    first = open_store()
+    await first.log_turns([summary(2), summary(1, query="where is the key?"),
+                           summary(1, query="a retry of turn 1"), summary(1, session="s2")])
+    await first.log_turns([])
+    turns = await first.turns("acme", "s1")
+    assert [(t.turn, t.data.get("query")) for t in turns] == [(1, "where is the key?"),
+                                                              (2, None)]
+    assert turns[0].data["kept"] == {"TOOL": 1} and turns[0].policy == "rwoe"
+    assert await first.events("acme", "s1") == [] and await first.sessions("acme") == []
+    assert await first.turns("globex", "s1") == []
+    if not isinstance(first, LanceStore):
+        return
+    assert (await first.stats())["turns"] == 3  # logged, maybe not replayed yet
+    await first.close()
+    again = LanceStore(tmp_path / "db", FakeEmbedder())
+    assert await again.turns("acme", "s1") == turns  # from the log or LanceDB, the same
+    await again.flush(30)
+    assert await lance_rows(again, S.TURNS) == 3 and await again.turns("acme", "s1") == turns
+    await again.close()
