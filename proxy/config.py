@@ -122,8 +122,10 @@ class RecallSettings(_Strict):
     min_relative: float = Field(0.5, ge=0, le=1)
     top_k: int = Field(8, ge=1)
     # Vectors refine where ready: a passage whose cosine to the step's words reaches this
-    # is recalled too; the step's vector is waited for at most vector_wait_ms.
-    min_similarity: float = Field(0.30, ge=-1, le=1)
+    # is recalled too (and counts in RWOE's sim); the step's vector is waited for at most
+    # vector_wait_ms. 0.5 sits above the noise MiniLM gives unrelated passages (<= 0.46 on
+    # the generated sessions, docs/design-notes.md).
+    min_similarity: float = Field(0.50, ge=-1, le=1)
     vector_wait_ms: int = Field(5, ge=0, le=1000)
     cross_session: bool = False
     timeout_ms: int = Field(1000, ge=1)

@@ -152,7 +152,8 @@ class Pipeline:
             state.vectors = Vectors(state.index)
         settings = rt.route.recall
         rel = self.relater.relate(state.index, state.vectors, state.meta, conv,
-                                  settings.vector_wait_ms if settings.enabled else 0)
+                                  settings.vector_wait_ms if settings.enabled else 0,
+                                  settings.min_similarity)
         # fit: sticky decisions, then the policy, down to the watermark; cut if must
         tools_tokens = rt.counter.tools(body.get("tools"))
         room, reserved = rt.room(body, tools_tokens)

@@ -42,7 +42,8 @@ class Relater:
         self._feeder: asyncio.Task[None] | None = None
 
     def relate(self, index: RelevanceIndex, vectors: Vectors | None,
-               meta: dict[str, ChunkMeta], conv: Conversation, wait_ms: int) -> Relevance:
+               meta: dict[str, ChunkMeta], conv: Conversation, wait_ms: int,
+               min_similarity: float = 0.5) -> Relevance:
         for p in conv.parts:
             if index.add(p.chunk.id, p.info.text):
                 meta[p.chunk.id] = ChunkMeta(p.chunk.turn, p.role, p.chunk.klass.value)
@@ -57,7 +58,7 @@ class Relater:
             qv = self.embedder.cached(step.words)
             if qv is not None:
                 rel.vectors = _matches(index, vectors, qv, step)
-                _blend(rel.similarity, rel.vectors)
+                _blend(rel.similarity, rel.vectors, min_similarity)
             elif wait_ms > 0:
                 rel.query_vector = asyncio.ensure_future(
                     self.embedder.embed_within([step.words], wait_ms / 1000))
@@ -99,6 +100,13 @@ class Relater:
     def backlog(self) -> int:
         return len(self._feed)
 
+    async def flush(self, timeout: float = 300.0) -> None:
+        """Until every passage handed over is embedded (tests and benchmarks: a paced
+        agent loop gives the embedder this time between turns)."""
+        async with asyncio.timeout(timeout):
+            while self._feeder is not None and not self._feeder.done():
+                await asyncio.shield(self._feeder)
+
     async def close(self) -> None:
         if self._feeder is not None and not self._feeder.done():
             self._feeder.cancel()
@@ -116,8 +124,10 @@ def _matches(index: RelevanceIndex, vectors: Vectors, qv: Any,
     return out
 
 
-def _blend(similarity: dict[str, float], cosines: list[tuple[Hit, float]]) -> None:
-    """RWOE's sim: the better of the lexical share and the cosine, per chunk."""
+def _blend(similarity: dict[str, float], cosines: list[tuple[Hit, float]],
+           floor: float) -> None:
+    """RWOE's sim: the better of the lexical share and the cosine, per chunk, counting a
+    cosine only past `floor` (below it MiniLM does not tell a match from noise)."""
     for h, c in cosines:
-        if c > similarity.get(h.chunk_id, 0.0):
+        if c >= floor and c > similarity.get(h.chunk_id, 0.0):
             similarity[h.chunk_id] = min(1.0, c)

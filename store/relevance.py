@@ -34,7 +34,7 @@ from typing import Any
 
 K1, B = 1.2, 0.75
 IDEAL_TERMS = 8  # strength's yardstick: the query's most specific terms, not all of them
-PASSAGE_CHARS = 900  # ~200-250 tokens: long enough to hold a fact with its context
+PASSAGE_CHARS = 400  # ~100 tokens: a fact with its line of context; sharper vectors too
 _WORD = re.compile(r"[A-Za-z0-9]+(?:[_\-./:@][A-Za-z0-9]+)*")
 _PIECE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 STOP = frozenset("""

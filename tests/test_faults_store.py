@@ -21,9 +21,9 @@ from store.base import EvictedChunk
 from store.embed import get_embedder
 from store.lance import LanceStore
 from tests.support.app import CHAT, STUB, ClientFactory, chat, config, make
+from tests.support.fakes import read_only
 from tests.support.messages import long_session
 from tests.support.openai_server import UpstreamServer
-from tests.test_store import read_only
 
 
 @contextlib.contextmanager

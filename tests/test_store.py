@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +13,7 @@ from store.base import Event, EvictedChunk, RecallQuery
 from store.embed import CachedEmbedder, get_embedder
 from store.errors import StoreUnavailable
 from store.lance import LanceStore
+from tests.support.fakes import read_only
 
 NEEDLE = "Customer note: she is travelling with her cat Whiskers in a soft carrier under the seat."
 ASK = "Does the passenger bring an animal on board?"  # a paraphrase: no word in common
@@ -173,27 +171,6 @@ async def test_chunks_left_unembedded_are_found_by_the_scan(
     assert found and NEEDLE in found[0].text
     assert len(await again.recall(query("which gate is note number 2 about?", top_k=8))) >= 1
     await again.close()
-
-
-@contextmanager
-def read_only(path: Path) -> Iterator[None]:
-    """Make a tree unwritable: chmod for a normal user, the immutable flag for root."""
-    dirs = [str(p) for p in (path, *path.rglob("*")) if p.is_dir()]
-    if os.geteuid() != 0:
-        for d in dirs:
-            os.chmod(d, 0o555)
-        try:
-            yield
-        finally:
-            for d in dirs:
-                os.chmod(d, 0o755)
-        return
-    if subprocess.run(["chattr", "+i", *dirs], capture_output=True).returncode != 0:
-        pytest.skip("running as root without chattr +i: cannot make a directory read-only")
-    try:
-        yield
-    finally:
-        subprocess.run(["chattr", "-i", *dirs], check=True)
 
 
 async def test_a_read_only_store_refuses_offload_and_loses_nothing(

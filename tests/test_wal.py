@@ -5,39 +5,21 @@ while) LanceDB got the rows loses nothing on restart."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
 
 from store import schema as S
-from store.embed import CachedEmbedder
 from store.lance import LanceStore
 from store.wal import MAGIC, WriteAheadLog, frame, parse
+from tests.support.fakes import FakeEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-class FakeEmbedder(CachedEmbedder):
-    """Deterministic unit vectors from a text's hash, computed at once: the store's and
-    the request path's plumbing (cache, embed_within, …) without MiniLM."""
-
-    name = "fake"
-
-    def _start(self, texts: list[str], urgent: bool) -> Future[Any]:
-        rows = [np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:4],
-                                                     "little")).normal(size=8) for t in texts]
-        done: Future[Any] = Future()
-        done.set_result(np.asarray(rows, dtype=np.float32).reshape(len(texts), 8))
-        return done
 
 
 def payloads(n: int) -> list[bytes]:
@@ -131,7 +113,7 @@ CHILD = textwrap.dedent("""
     import asyncio, sys
     from store.base import Event, EvictedChunk
     from store.lance import LanceStore
-    from tests.test_wal import FakeEmbedder
+    from tests.support.fakes import FakeEmbedder
 
     async def main(path: str, replay: bool) -> None:
         store = LanceStore(path, FakeEmbedder(), replay=replay)

@@ -20,10 +20,9 @@ from store.base import Event, EvictedChunk, MemoryStore, Store, Turn
 from store.errors import StoreUnavailable
 from store.lance import LanceStore
 from tests.support.app import CHAT, STUB, ClientFactory, chat, config, make
+from tests.support.fakes import FakeEmbedder, read_only
 from tests.support.messages import long_session
 from tests.support.openai_server import UpstreamServer
-from tests.test_store import read_only
-from tests.test_wal import FakeEmbedder
 
 
 def chunk(cid: str, session: str = "s1", tenant: str = "acme") -> EvictedChunk:

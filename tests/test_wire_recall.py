@@ -209,3 +209,58 @@ def test_focus_keeps_the_best_matching_lines_in_order() -> None:
     both = focus(text, q, 60, count).splitlines()
     assert both[0] == text.splitlines()[0] and decision in both  # more room: in order
     assert focus(text, q, 4, count) == ""
+
+
+class EmbeddingStore(MemoryStore):
+    """A MemoryStore with an embedder, as a LanceStore has one."""
+
+    def __init__(self, embedder: Any) -> None:
+        super().__init__()
+        self.embedder = embedder
+
+
+async def test_vectors_refine_where_ready_a_paraphrase_with_no_shared_word(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    from proxy.keys import PIPELINE
+    from tests.support.fakes import TopicEmbedder
+
+    embedder = TopicEmbedder({"money": ["spending", "ceiling", "eur", "money", "afford"]})
+    app = init_app(settings(upstream, recall={"min_similarity": 0.5, "vector_wait_ms": 500}),
+                   store=EmbeddingStore(embedder))
+    client = await aiohttp_client(app)
+    fact = "\n".join(["Procurement memo.", "Spending ceiling approved: 4,140 EUR.",
+                      *[f"Line item {i}: reviewed." for i in range(40)]])
+    history = agent_session(16)
+    history[5] = {**history[5], "content": fact}  # turn 2's tool output holds the fact
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+        await app[PIPELINE].relater.flush()  # a paced loop: the embedder keeps up
+    assert "4,140" not in json.dumps(upstream.history[-1].body["messages"])
+    ask = "How much money can we afford?"  # no word shared with the memo's line
+    resp = await post(client, [*history, assistant("Done."), user(ask)])
+    sent = upstream.history[-1].body["messages"][-1]["content"]
+    assert resp.headers["X-Ctxwarden-Recalled"] != "0" and "4,140 EUR" in sent
+    log = (await (await client.get("/admin/evictions", params={"session": "s-1"})).json())
+    reasons = [e["reason"] for e in log["events"] if e["action"] == "recall"]
+    assert any(r.startswith("vector match, cosine") for r in reasons)
+    assert any(ask in batch for batch in embedder.calls)  # asked for on the request
+
+
+async def test_without_ready_vectors_nothing_waits_and_lexical_still_works(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """An embedder that never answers: requests go on, the words still find the fact."""
+    from tests.support.fakes import TopicEmbedder
+
+    class Stalled(TopicEmbedder):
+        def _start(self, texts: list[str], urgent: bool) -> Any:
+            from concurrent.futures import Future
+            return Future()  # never done
+
+    client = await aiohttp_client(init_app(settings(upstream), store=EmbeddingStore(
+        Stalled({"x": ["x"]}))))
+    history = agent_session(16)
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+    resp = await post(client, [*history, assistant("Done."), user(ASK)])
+    assert resp.headers["X-Ctxwarden-Recalled"] != "0"
+    assert ANSWER in upstream.history[-1].body["messages"][-1]["content"]
