@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from collections.abc import Callable
+from functools import partial
 
 import proxy  # noqa: F401
 from bench.overhead import payload
@@ -16,11 +18,11 @@ from proxy.fitting import Fitter
 from proxy.tokens import TokenCounter, encoding_for
 
 
-def _median_ms(fn: object, reps: int) -> float:
+def _median_ms(fn: Callable[[], object], reps: int) -> float:
     times = []
     for _ in range(reps):
         t = time.perf_counter()
-        fn()  # type: ignore[operator]
+        fn()
         times.append((time.perf_counter() - t) * 1000)
     return statistics.median(times)
 
@@ -40,9 +42,9 @@ def run(quick: bool = False) -> tuple[str, dict[str, float]]:
     for name in available():
         policy = get_policy(name)
         ctx = PolicyContext(turn=conv.turn, rng=random.Random(1))
-        rank = _median_ms(lambda p=policy, c=ctx: p.rank(chunks, c), reps)  # type: ignore[misc]
-        fit = _median_ms(lambda p=policy, c=ctx: fitter.fit(  # type: ignore[misc]
-            conv, set(), budget, int(budget * 0.85), p, c), reps)
+        rank = _median_ms(partial(policy.rank, chunks, ctx), reps)
+        fit = _median_ms(partial(fitter.fit, conv, set(), budget, int(budget * 0.85), policy,
+                                 ctx), reps)
         figures[f"rank_{name}_ms"], figures[f"fit_{name}_ms"] = rank, fit
         rows.append(f"| `{name}`: rank 1,000 chunks / full fit to 25 % | {rank:.3f} / {fit:.2f} |")
     table = "| step | median ms |\n|---|---|\n" + "\n".join(rows)

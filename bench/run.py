@@ -42,7 +42,7 @@ def _run(module: str) -> Callable[[bool], Any]:
 def _policies(quick: bool) -> str:
     from bench import policies  # issue 4: the paper's experiments, Bélády and the optimum
 
-    return str(policies.section(ROOT / "docs" / "img", quick=quick))  # type: ignore[attr-defined]
+    return str(policies.section(ROOT / "docs" / "img", quick=quick))
 
 
 SECTIONS: dict[str, tuple[str, str, Callable[[bool], Any]]] = {
