@@ -169,7 +169,8 @@ class Pipeline:
         # recall: evicted passages the step clearly asks about, within the room left;
         # blocks from earlier turns stay on their messages while nothing else changes
         await self.relater.finish(rel, state.index, state.vectors)
-        kept = _carried(state.blocks, conv, fit, room)
+        asked_now = bool(conv.parts) and conv.parts[-1].role == "user"
+        kept = [] if asked_now else _carried(state.blocks, conv, fit, room)
         fit, recall = self._recall(rt, conv, fit, rel, state, room, target, ctx, kept)
         if settings.cross_session and not recall.passages and rel.step.text:
             recall = await self._recall_across(rt, conv, fit, recall, tenant, session, room)
@@ -233,7 +234,7 @@ class Pipeline:
         need = sum(r.tokens for r in chosen) + rt.block_overhead
         free = room - fit.tokens - result.tokens
         asked_now = bool(conv.parts) and conv.parts[-1].role == "user"
-        if need > free and not fit.cuts and not kept and (fit.new or asked_now):
+        if need > free and not fit.cuts and (fit.new or asked_now):
             # Making room means evicting: worth a prefix change when the user asks now or
             # the turn evicts anyway; on a tool turn that evicts nothing, recall takes the
             # free room only and the prefix stays.
@@ -329,8 +330,8 @@ def _fingerprints(conv: Conversation, costs: list[int], fit: Fit,
 
 def _carried(blocks: list[Block], conv: Conversation, fit: Fit, room: int) -> list[Block]:
     """Earlier blocks that stay: the turn evicts, restores and cuts nothing (else the
-    prefix changes anyway and recall is chosen afresh), each host is still forwarded,
-    and they fit the room left."""
+    prefix changes anyway and recall is chosen afresh, as it is when the user asks
+    something new), each host is still forwarded, and they fit the room left."""
     if not blocks or fit.new or fit.restored or fit.cuts:
         return []
     present = {p.chunk.id for p in conv.parts if p.chunk.id not in fit.evicted}

@@ -20,7 +20,7 @@ from proxy.keys import STORE
 from store.base import MemoryStore
 from tests.support.messages import long_session, user
 from tests.support.openai_server import UpstreamServer
-from tests.test_recall import ASK, NEEDLE_ID, file_listing, session
+from tests.support.trips import ASK, NEEDLE_ID, file_listing, session
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 CHAT = "/v1/chat/completions"
@@ -234,7 +234,8 @@ async def test_no_recall_or_event_crosses_tenants_whatever_the_session_id(
     a_chunks = {e["chunk_id"] for e in ev_a["events"]}
     assert any(e["action"] == "recall" for e in ev_a["events"])
     assert all(NEEDLE_ID not in e["preview"] for e in ev_b["events"])
-    needle_chunk = next(e["chunk_id"] for e in ev_a["events"] if e["action"] == "recall")
+    needle_chunk = next(e["chunk_id"] for e in ev_a["events"]
+                        if e["action"] == "recall" and NEEDLE_ID in e["preview"])
     assert needle_chunk in a_chunks
     status, _ = await admin(f"/admin/chunk?session=shared&chunk_id={needle_chunk}", KEY_B)
     assert status == 404  # B cannot read A's chunk by naming it either
