@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import random
-import statistics
-import time
-from collections.abc import Callable
 from functools import partial
 
 import proxy  # noqa: F401
+from bench.harness import median_ms
 from bench.overhead import payload
 from policies import PolicyContext, available, get_policy
 from proxy.analysis import MessageAnalyzer
@@ -16,15 +14,6 @@ from proxy.chunking import Chunker
 from proxy.config import ClassificationSettings
 from proxy.fitting import Fitter
 from proxy.tokens import TokenCounter, encoding_for
-
-
-def _median_ms(fn: Callable[[], object], reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1000)
-    return statistics.median(times)
 
 
 def run(quick: bool = False) -> tuple[str, dict[str, float]]:
@@ -36,14 +25,14 @@ def run(quick: bool = False) -> tuple[str, dict[str, float]]:
     conv = chunker.split(msgs)  # warms the per-message caches
     total = fitter.cost(conv, set())
     budget = total // 4
-    figures: dict[str, float] = {"chunk_warm_ms": _median_ms(lambda: chunker.split(msgs), reps)}
+    figures: dict[str, float] = {"chunk_warm_ms": median_ms(lambda: chunker.split(msgs), reps)}
     rows = [f"| chunk + classify 1,000 messages (warm caches) | {figures['chunk_warm_ms']:.2f} |"]
     chunks = [p.chunk for p in conv.parts]
     for name in available():
         policy = get_policy(name)
         ctx = PolicyContext(turn=conv.turn, rng=random.Random(1))
-        rank = _median_ms(partial(policy.rank, chunks, ctx), reps)
-        fit = _median_ms(partial(fitter.fit, conv, set(), budget, int(budget * 0.85), policy,
+        rank = median_ms(partial(policy.rank, chunks, ctx), reps)
+        fit = median_ms(partial(fitter.fit, conv, set(), budget, int(budget * 0.85), policy,
                                  ctx), reps)
         figures[f"rank_{name}_ms"], figures[f"fit_{name}_ms"] = rank, fit
         rows.append(f"| `{name}`: rank 1,000 chunks / full fit to 25 % | {rank:.3f} / {fit:.2f} |")

@@ -14,10 +14,12 @@ import asyncio
 import os
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,16 @@ import orjson
 from bench.replay import Sent
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def median_ms(fn: Callable[[], object], repeat: int) -> float:
+    """Median wall time of `fn()` over `repeat` calls, in milliseconds."""
+    runs = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        runs.append((time.perf_counter() - t) * 1000)
+    return statistics.median(runs)
 
 
 def free_port() -> int:

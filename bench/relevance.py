@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.harness import median_ms
 from store.relevance import RelevanceIndex, passages
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tau-bench-gpt-4o-airline.json"
@@ -46,15 +45,6 @@ def corpus(n_passages: int) -> list[str]:
             if len(out) >= n_passages:
                 return out[:n_passages]
     return out
-
-
-def time_ms(fn: Callable[[], Any], repeat: int) -> float:
-    runs = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        runs.append((time.perf_counter() - t) * 1000)
-    return statistics.median(runs)
 
 
 def ours(docs: list[str], new: list[str], q: str) -> Callable[[], Any]:
@@ -154,7 +144,7 @@ def measure(quick: bool) -> list[tuple[str, int, float | None]]:
                 "lancedb-fts (add 4, reindex, query)": lancedb_turn(docs, new, q, tmp),
             }
             for name, fn in cands.items():
-                out.append((name, n, None if fn is None else time_ms(fn, repeat)))
+                out.append((name, n, None if fn is None else median_ms(fn, repeat)))
     return out
 
 
