@@ -44,7 +44,8 @@ from proxy.keys import STORE, UPSTREAM
 if TYPE_CHECKING:
     from proxy.pipeline import Prepared
 
-STORE_OPS = ("record", "offload", "log", "recall", "evicted_ids", "events", "sessions", "fetch")
+STORE_OPS = ("record", "offload", "log", "recall", "evicted_ids", "events", "sessions", "fetch",
+             "log_turns", "turns")
 FAST = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1.0, 2.5, 5.0)
 SLOW = (.005, .01, .025, .05, .1, .25, .5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 _INNER = "__ctxwarden_inner__"

@@ -1,12 +1,11 @@
-"""One summary row per turn in the decision log: tokens by class, kept / evicted / recalled.
+"""One summary row per turn: tokens by class, kept / evicted / recalled, budget, query.
 
 Why: the eviction log holds one row per decision, which says what left and what came
 back, but not what stayed, the budget it was fitted to, or the query a recall answered.
 The inspector's timeline needs all three for every turn, including turns where nothing
-was decided. The summary is an `Event` with action `turn` (chunk id `~turn`), so it
-lands in the same table with the same tenant/session scoping and the same idempotent id
-(one per session and turn), and needs no schema change; its numbers ride in `reason` as
-JSON. `/admin/evictions`, `ctxwarden log` and the session counts leave these rows out.
+was decided. Summaries are `store.base.Turn` rows in their own table (`Store.log_turns`,
+`Store.turns`), one per (tenant, session, turn), so no reader of the decision log has to
+filter them out.
 
 Why a background writer: a LanceDB commit costs about 8 ms here, the whole proxy
 overhead target at 50 messages. Summaries are not decisions (losing one loses a bar of
@@ -21,10 +20,9 @@ import contextlib
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import structlog
 
-from store.base import TURN, Event, Store
+from store.base import Event, Store, Turn
 
 if TYPE_CHECKING:
     from proxy.chunking import Conversation
@@ -32,14 +30,13 @@ if TYPE_CHECKING:
     from proxy.pipeline import RouteRuntime
 
 log = structlog.get_logger("ctxwarden")
-TURN_CHUNK = "~turn"
 LINGER_S = 0.25
 
 
 def summary(rt: RouteRuntime, conv: Conversation, fit: Fit, costs: list[int],
             recalled: list[Event], *,
             tenant: str, session: str, budget: int, recall_budget: int, tools: int,
-            tokens_in: int, tokens_out: int, recall_tokens: int, query: str) -> Event:
+            tokens_in: int, tokens_out: int, recall_tokens: int, query: str) -> Turn:
     """The turn's row. kept/evicted are message tokens by class (an evicted tool result's
     stub counts under `other`, with the reply priming); recalled are passage tokens."""
     kept: dict[str, int] = defaultdict(int)
@@ -62,14 +59,12 @@ def summary(rt: RouteRuntime, conv: Conversation, fit: Fit, costs: list[int],
         "other": other, "recall_block": recall_tokens,
         "query": query if recalled else "",
     }
-    return Event(tenant, session, conv.turn, TURN_CHUNK, "", tokens_out, float(budget), TURN,
-                 orjson.dumps(data).decode(), rt.route.policy)
+    return Turn(tenant, session, conv.turn, rt.route.policy, data)
 
 
-def parse(e: Event) -> dict[str, Any]:
+def view(t: Turn) -> dict[str, Any]:
     """A summary row as the admin API shows it."""
-    data: dict[str, Any] = orjson.loads(e.reason)
-    return {"turn": e.turn, "time": e.time, "policy": e.policy, **data}
+    return {"turn": t.turn, "time": t.time, "policy": t.policy, **t.data}
 
 
 class TurnLog:
@@ -77,13 +72,13 @@ class TurnLog:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._queue: list[Event] = []
+        self._queue: list[Turn] = []
         self._task: asyncio.Task[None] | None = None
         self.written = 0
         self.failed = 0
 
-    def submit(self, event: Event) -> None:
-        self._queue.append(event)
+    def submit(self, row: Turn) -> None:
+        self._queue.append(row)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="turn-log")
 
@@ -94,7 +89,7 @@ class TurnLog:
         while self._queue:
             batch, self._queue = self._queue, []
             try:
-                await self.store.log(batch)
+                await self.store.log_turns(batch)
                 self.written += len(batch)
             except Exception as exc:  # a chart bar is lost, never a chunk: log and go on
                 self.failed += len(batch)

@@ -28,8 +28,7 @@ from aiohttp import web
 from proxy.admin.api import tenant_of
 from proxy.errors import InvalidRequest, RouteNotFound
 from proxy.keys import PIPELINE, STORE
-from proxy.turnlog import parse
-from store.base import TURN
+from proxy.turnlog import view
 
 UI_DIR = Path(__file__).resolve().parent / "ui"
 # The UI's own files only: no inline script, no third-party origin, nothing framed.
@@ -59,8 +58,8 @@ async def _flush_turns(app: web.Application) -> None:
 async def turns(request: web.Request) -> web.Response:
     session = _session(request)
     await _flush_turns(request.app)  # read your own writes: summaries are queued
-    events = await request.app[STORE].events(tenant_of(request), session)
-    return _json({"turns": [parse(e) for e in events if e.action == TURN]})
+    rows = await request.app[STORE].turns(tenant_of(request), session)
+    return _json({"turns": [view(t) for t in sorted(rows, key=lambda t: t.turn)]})
 
 
 async def chunk(request: web.Request) -> web.Response:
@@ -84,8 +83,9 @@ async def chunk(request: web.Request) -> web.Response:
         await _flush_turns(request.app)
         events = [e for e in await store.events(tenant, session) if e.turn == int(turn)]
         if any(e.action == "recall" and e.chunk_id == chunk_id for e in events):
-            summary = next((parse(e) for e in events if e.action == TURN), {})
-            body["recall"] = {"turn": int(turn), "query": summary.get("query", "")}
+            rows = [t for t in await store.turns(tenant, session) if t.turn == int(turn)]
+            query = rows[0].data.get("query", "") if rows else ""
+            body["recall"] = {"turn": int(turn), "query": query}
     return _json(body)
 
 
