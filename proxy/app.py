@@ -58,7 +58,7 @@ def make_store(settings: Settings) -> Store:
     from store.lance import LanceStore
 
     embedder = get_embedder(settings.store.embedder, settings.store.embed_model)
-    return LanceStore(settings.store.path, embedder)
+    return LanceStore(settings.store.path, embedder, wal_dir=settings.store.wal_dir)
 
 
 def init_app(settings: Settings, store: Store | None = None,

@@ -50,6 +50,10 @@ class StoreSettings(_Strict):
     path: str = "./data/lancedb"  # a directory or an object-store URI (s3://…)
     embedder: str = "sentence-transformers"
     embed_model: str = "all-MiniLM-L6-v2"
+    # The write-ahead log that makes an offload durable before LanceDB has it: a local
+    # directory. Default: <path>/_wal for a directory store; for an object-store URI,
+    # ./data/wal/<digest of the URI> (set it to a persistent local volume).
+    wal_dir: str | None = None
 
 
 class UpstreamSettings(_Strict):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, load_settings
+from proxy.config import ConfigError, Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,3 +79,14 @@ def test_bad_config_names_the_key(tmp_path: Path, text: str, needle: str) -> Non
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="config file not found"):
         load_settings(tmp_path / "nope.yaml")
+
+
+def test_store_wal_dir_reaches_the_store(tmp_path: Path) -> None:
+    from proxy.app import make_store
+    from store.lance import LanceStore
+
+    settings = Settings(store={"path": str(tmp_path / "db"), "wal_dir": str(tmp_path / "wal")})
+    store = make_store(settings)
+    assert isinstance(store, LanceStore) and store.wal_dir == tmp_path / "wal"
+    default = make_store(Settings(store={"path": str(tmp_path / "db2")}))
+    assert isinstance(default, LanceStore) and default.wal_dir == tmp_path / "db2" / "_wal"
