@@ -135,9 +135,34 @@ class Fitter:
                             total = self._evict(conv, parts[j], r, policy, fit, total)
                     total = self._evict(conv, head, r, policy, fit, total)
         fit.tokens = total
-        if budget - total >= budget - target + RESTORE_ROOM * budget:
+        if fit.new and total > target:
+            self._give_back(conv, fit, budget)
+        elif budget - total >= budget - target + RESTORE_ROOM * budget:
             self._restore(conv, fit, target, policy, ctx)
         return fit
+
+    def _give_back(self, conv: Conversation, fit: Fit, budget: int) -> None:
+        """The watermark was out of reach (what must stay is too big): evicting down
+        toward it took everything evictable, the user's own words included, for nothing.
+        Give this turn's evictions back, most valuable first, while the request fits the
+        budget: evict only what fitting needs."""
+        parts = conv.parts
+        total = fit.tokens
+        for d in reversed(list(fit.new)):
+            part = d.part
+            if part.group is not None and (part.role == "assistant" or
+                                           parts[part.group].chunk.id in fit.evicted):
+                continue
+            affected = self._affected(conv, part)
+            before = sum(self.part_cost(conv, p, fit.evicted) for p in affected)
+            fit.evicted.discard(part.chunk.id)
+            after = sum(self.part_cost(conv, p, fit.evicted) for p in affected)
+            if total - before + after > budget:
+                fit.evicted.add(part.chunk.id)
+                continue
+            total += after - before
+            fit.new.remove(d)
+        fit.tokens = total
 
     def _restore(self, conv: Conversation, fit: Fit, target: int, policy: Policy,
                  ctx: PolicyContext) -> None:

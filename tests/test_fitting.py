@@ -176,10 +176,10 @@ def test_a_spike_evicts_the_users_words_and_room_returning_restores_them() -> No
     fact = user("My agent ID is AG-57968; log everything under it.")
     msgs = session(4)
     msgs += [fact, assistant("Noted."), user("Now read the log."),
-             assistant(None, call("big", "read_log")), tool("big", filler(650, "log"))]
+             assistant(None, call("big", "read_log")), tool("big", filler(745, "log"))]
     budget = 2_300
     conv, spike, out = rwoe_run(msgs, budget)
-    assert fact not in out  # the spike pushed out even the user's words
+    assert fact not in out  # the spike left no room even for the user's words
     assert spike.new and spike.tokens <= budget
     later = [*msgs, assistant(None, call("next", "read")), tool("next", filler(200, "nx"))]
     conv2, fit, out2 = rwoe_run(later, budget, sticky=spike.evicted)
@@ -197,3 +197,18 @@ def test_a_call_whose_results_are_all_stubs_goes_before_a_user_message() -> None
     validate_messages(out)
     assert all(u in out for u in users_before)  # calls and stubs went, not the user's words
     assert fit.tokens == cost(out)
+
+
+def test_an_unreachable_watermark_evicts_only_what_the_budget_needs() -> None:
+    """What must stay is above the watermark: the fit goes to the budget, not below it,
+    and the user's words stay."""
+    fact = user("Log everything under my agent ID AG-48852, please.")
+    msgs = session(4)
+    msgs += [fact, assistant("Noted."), user("Now read the log."),
+             assistant(None, call("big", "read_log")), tool("big", filler(700, "log"))]
+    budget = 2_300
+    conv, fit, out = rwoe_run(msgs, budget)
+    assert fit.permanent_tokens > int(budget * 0.85)  # the watermark is out of reach
+    validate_messages(out)
+    assert fact in out and fit.tokens == cost(out) <= budget
+    assert fit.new  # something still had to go
