@@ -45,7 +45,9 @@ class Relater:
                meta: dict[str, ChunkMeta], conv: Conversation, wait_ms: int,
                min_similarity: float = 0.5) -> Relevance:
         for p in conv.parts:
-            if index.add(p.chunk.id, p.info.text):
+            index.add(p.chunk.id, p.info.text)
+            m = meta.get(p.chunk.id)
+            if m is None or m.klass != p.chunk.klass.value:  # the tail is PERMANENT only now
                 meta[p.chunk.id] = ChunkMeta(p.chunk.turn, p.role, p.chunk.klass.value)
         step = current_step(conv)
         hits = search(index, step)

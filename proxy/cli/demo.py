@@ -89,26 +89,9 @@ async def _get(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -
         return await resp.json()
 
 
-async def _wait_embedded(http: aiohttp.ClientSession, url: str, headers: dict[str, str],
-                         out: TextIO, timeout: float) -> None:
-    """Recall searches embedded passages; embedding runs in the background."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    said = False
-    while True:
-        backlog = int((await _get(http, f"{url}/admin/store", headers))["backlog"])
-        if backlog == 0 or loop.time() > deadline:
-            return
-        if not said:
-            out.write(f"        (waiting for the store to embed {backlog} offloaded chunks)\n")
-            said = True
-        await asyncio.sleep(0.2)
-
-
 async def drive(http: aiohttp.ClientSession, url: str, session: str, out: TextIO, *,
                 model: str = "demo", api_headers: dict[str, str] | None = None,
-                admin_headers: dict[str, str] | None = None,
-                embed_wait: float = 60.0) -> DemoResult:
+                admin_headers: dict[str, str] | None = None) -> DemoResult:
     """Play the script against the proxy at `url`; print and return what it did."""
     api = {"X-Session-ID": session, **(api_headers or {})}
     admin = admin_headers or {}
@@ -128,8 +111,6 @@ async def drive(http: aiohttp.ClientSession, url: str, session: str, out: TextIO
                 {"id": cid, "type": "function",
                  "function": {"name": step.tool, "arguments": step.args}}]})
             messages.append({"role": "tool", "tool_call_id": cid, "content": step.output})
-        if n == len(STEPS) - 1 and result.events:
-            await _wait_embedded(http, url, admin, out, embed_wait)
         async with http.post(f"{url}/v1/chat/completions", headers=api,
                              json={"model": model, "messages": messages}) as resp:
             if resp.status != 200:
