@@ -39,8 +39,10 @@ class Conversation:
     turn: int  # current turn t
     groups: dict[int, list[int]] = field(default_factory=dict)  # head index -> result indices
 
+    refs: RefState | None = None
+
     def prefix(self, messages: Sequence[dict[str, Any]]) -> Prefix:
-        return Prefix(messages, [p.info for p in self.parts])
+        return Prefix(messages, [p.info for p in self.parts], self.refs)
 
 
 class Chunker:
@@ -54,7 +56,7 @@ class Chunker:
         """`prev`: the session's previous request and its infos; a message equal to the one
         at the same position there reuses its info (dict equality runs in C, and skips the
         serialise-and-hash that finding a cached info costs)."""
-        infos = _infos(self.analyzer, messages, prev)
+        infos, matched = _infos(self.analyzer, messages, prev)
         parts: list[Part] = []
         seen: dict[str, int] = {}
         groups: dict[int, list[int]] = {}
@@ -84,7 +86,13 @@ class Chunker:
             parts.append(part)
         conv = Conversation(parts, turn, groups)
         superseded = _superseded(messages, conv)
-        _references(conv)
+        # References continue from the previous request when this one extends it whole
+        # (an agent loop's usual call); anything else is walked from the start.
+        st = prev.refs if prev is not None and prev.refs is not None else None
+        if st is None or matched != st.upto or matched != len(prev.messages if prev else ()):
+            st = RefState()
+        conv.refs = st
+        _references(conv, st)
         self._classify(conv, superseded)
         return conv
 
@@ -140,10 +148,22 @@ class Prefix:
 
     messages: Sequence[dict[str, Any]]
     infos: list[MsgInfo]
+    refs: RefState | None = None
+
+
+@dataclass(slots=True)
+class RefState:
+    """`_references` as of the first `upto` messages: the rare-token index and, per
+    message, the turns that referenced it. Mutated in place as a session's history grows."""
+
+    upto: int = 0
+    index: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    refs: list[list[int]] = field(default_factory=list)
 
 
 def _infos(analyzer: MessageAnalyzer, messages: Sequence[dict[str, Any]],
-           prev: Prefix | None) -> list[MsgInfo]:
+           prev: Prefix | None) -> tuple[list[MsgInfo], int]:
+    """The messages' infos, and how many leading ones were the previous request's."""
     out: list[MsgInfo] = []
     if prev is not None:
         old, known = prev.messages, prev.infos
@@ -151,8 +171,9 @@ def _infos(analyzer: MessageAnalyzer, messages: Sequence[dict[str, Any]],
             if messages[i] != old[i]:
                 break
             out.append(known[i])
-    out += [analyzer.info(m) for m in messages[len(out):]]
-    return out
+    matched = len(out)
+    out += [analyzer.info(m) for m in messages[matched:]]
+    return out, matched
 
 
 def _origin(role: str) -> str:
@@ -192,10 +213,18 @@ def _superseded(messages: Sequence[dict[str, Any]], conv: Conversation) -> set[i
     return out
 
 
-def _references(conv: Conversation) -> None:
-    """A later assistant message reusing a chunk's rare tokens references that chunk."""
-    index: dict[str, list[int]] = defaultdict(list)
-    for i, p in enumerate(conv.parts):
+def _references(conv: Conversation, st: RefState) -> None:
+    """A later assistant message reusing a chunk's rare tokens references that chunk.
+    Messages before `st.upto` were walked on an earlier request: their references are
+    copied, and only the new messages are walked (the same result as walking all)."""
+    parts = conv.parts
+    for j in range(st.upto):
+        if st.refs[j]:
+            parts[j].chunk.refs.extend(st.refs[j])
+    index = st.index
+    for i in range(st.upto, len(parts)):
+        p = parts[i]
+        st.refs.append([])
         if p.role == "assistant":
             hit: set[int] = set()
             for tok in p.info.rare:
@@ -203,6 +232,8 @@ def _references(conv: Conversation) -> None:
                 if src and len(src) <= MAX_REF_SOURCES:
                     hit.update(src)
             for j in hit:
-                conv.parts[j].chunk.refs.append(p.chunk.turn)
+                st.refs[j].append(p.chunk.turn)
+                parts[j].chunk.refs.append(p.chunk.turn)
         for tok in p.info.rare:
             index[tok].append(i)
+    st.upto = len(parts)

@@ -9,7 +9,7 @@ from proxy.analysis import MessageAnalyzer, rare_tokens
 from proxy.chunking import Chunker, Conversation
 from proxy.config import ClassificationSettings, ClassRule
 from proxy.tokens import TokenCounter, encoding_for
-from tests.support.messages import assistant, call, tool, user
+from tests.support.messages import assistant, call, tau_trajectories, tool, user
 
 P, S, T, E = (ChunkClass.PERMANENT, ChunkClass.STRUCTURAL, ChunkClass.TRANSIENT,
               ChunkClass.EPHEMERAL)
@@ -104,3 +104,19 @@ def test_bulky_log_output_is_ephemeral() -> None:
             assistant("built"), user("next")]
     conv = split(msgs, bulky_tokens=500)
     assert conv.parts[2].chunk.klass is E
+
+
+def test_references_continue_from_the_last_request_as_if_walked_whole() -> None:
+    """Turn by turn with the previous request as the prefix, then a rewind: the same refs
+    and classes as splitting each request from scratch."""
+    chunker = Chunker(MessageAnalyzer(TokenCounter(encoding_for("gpt-4o"))),
+                      ClassificationSettings())
+    for traj in tau_trajectories()[:6]:
+        h = traj["traj"]
+        prev = None
+        for end in [*range(2, len(h) + 1), len(h) // 2]:  # growing, then rewound
+            inc = chunker.split(h[:end], prev)
+            prev = inc.prefix(h[:end])
+            full = chunker.split(h[:end])
+            assert [(p.chunk.refs, p.chunk.klass) for p in inc.parts] == [
+                (p.chunk.refs, p.chunk.klass) for p in full.parts]
