@@ -192,7 +192,8 @@ class Pipeline:
         tokens_out = fit.tokens + recall.tokens + tools_tokens
         recalled = [e for e in events if e.action == "recall"]
         self.turns.submit(summary(
-            rt, conv, fit, costs, recalled, tenant=tenant, session=session, budget=room,
+            conv, fit, costs, recalled, tenant=tenant, session=session,
+            policy=rt.route.policy, window=rt.window, budget=room,
             recall_budget=int(room * rt.route.recall.budget_fraction), tools=tools_tokens,
             tokens_in=tokens_in, tokens_out=tokens_out, recall_tokens=recall.tokens,
             query=recall.query))

@@ -27,15 +27,14 @@ from store.base import Event, Store, Turn
 if TYPE_CHECKING:
     from proxy.chunking import Conversation
     from proxy.fitting import Fit
-    from proxy.pipeline import RouteRuntime
 
 log = structlog.get_logger("ctxwarden")
 LINGER_S = 0.25
 
 
-def summary(rt: RouteRuntime, conv: Conversation, fit: Fit, costs: list[int],
-            recalled: list[Event], *,
-            tenant: str, session: str, budget: int, recall_budget: int, tools: int,
+def summary(conv: Conversation, fit: Fit, costs: list[int], recalled: list[Event], *,
+            tenant: str, session: str, policy: str, window: int, budget: int,
+            recall_budget: int, tools: int,
             tokens_in: int, tokens_out: int, recall_tokens: int, query: str) -> Turn:
     """The turn's row. kept/evicted are message tokens by class (an evicted tool result's
     stub counts under `other`, with the reply priming); recalled are passage tokens."""
@@ -53,13 +52,13 @@ def summary(rt: RouteRuntime, conv: Conversation, fit: Fit, costs: list[int],
     for e in recalled:
         by_class[e.klass] += e.tokens
     data: dict[str, Any] = {
-        "window": rt.window, "budget": budget, "recall_budget": recall_budget,
+        "window": window, "budget": budget, "recall_budget": recall_budget,
         "tools": tools, "tokens_in": tokens_in, "tokens_out": tokens_out,
         "kept": dict(kept), "evicted": dict(evicted), "recalled": dict(by_class),
         "other": other, "recall_block": recall_tokens,
         "query": query if recalled else "",
     }
-    return Turn(tenant, session, conv.turn, rt.route.policy, data)
+    return Turn(tenant, session, conv.turn, policy, data)
 
 
 def view(t: Turn) -> dict[str, Any]:
