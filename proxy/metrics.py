@@ -140,11 +140,24 @@ def _timed(fn: Callable[..., Awaitable[Any]], observe: Callable[[tuple[Any, ...]
     return timed
 
 
-def instrument_store(store: Any, m: Metrics) -> None:
-    for op in STORE_OPS:
-        fn = getattr(store, op, None)
-        if fn is not None:
-            setattr(store, op, _timed(fn, _observer(m.store_seconds.labels(op))))
+class TimedStore:
+    """The store as the request path uses it: every store operation timed into
+    `ctxwarden_store_seconds{op}`. A wrapper, not a patch: the store object itself is
+    left as it is (the app, its tests and the admin side hold it)."""
+
+    def __init__(self, store: Any, hist: Any) -> None:
+        self.inner = store
+        self._hist = hist
+        self._wrapped: dict[str, Callable[..., Awaitable[Any]]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name not in STORE_OPS or not callable(attr):
+            return attr
+        fn = self._wrapped.get(name)
+        if fn is None:
+            fn = self._wrapped[name] = _timed(attr, _observer(self._hist.labels(name)))
+        return fn
 
 
 def _observer(hist: Any) -> Callable[[tuple[Any, ...], float], None]:
@@ -165,11 +178,11 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def setup_metrics(app: web.Application) -> None:
-    m = app[METRICS] = Metrics()
+def setup_metrics(app: web.Application, m: Metrics) -> None:
+    """GET /metrics and request counts; `m` is the one the pipeline's TimedStore feeds."""
+    app[METRICS] = m
     app.middlewares.insert(0, count_requests)  # outermost: sees the final status
     app.router.add_get("/metrics", metrics)
-    instrument_store(app[STORE], m)
     lag = getattr(app[STORE], "lag", None)  # LanceStore: cheap, no LanceDB query
     if callable(lag):
         m.embed_backlog.set_function(lambda: float(lag()["backlog"]))
