@@ -56,6 +56,10 @@ SECTIONS: dict[str, tuple[str, str, Callable[[bool], Any]]] = {
                   "generated agent sessions and tau-bench (bench/agentloop.py, generator "
                   "bench/agentgen.py): every policy on the same traffic, targets stated "
                   "as met or not.", _run("bench.agentloop")),
+    "relevance": ("Lexical relevance index: the candidates", "Per agent turn on tau-bench "
+                  "text: add the turn's new passages, then one query over the session "
+                  "(bench/relevance.py; why store/relevance.py is hand-rolled).",
+                  _run("bench.relevance")),
     "forwarding": ("Forwarding transport", "Why OpenAI-wire routes use the direct aiohttp "
                    "transport and everything else LiteLLM (bench/forwarding.py).",
                    _run("bench.forwarding")),
