@@ -8,11 +8,11 @@ import structlog
 from aiohttp import web
 
 from proxy import admin, handlers
-from proxy.auth import setup_auth
+from proxy.auth import require_key, setup_auth
 from proxy.config import Settings
 from proxy.errors import ProxyError, RouteNotFound
 from proxy.keys import PIPELINE, SETTINGS, STORE, UPSTREAM
-from proxy.metrics import Metrics, TimedStore, setup_metrics
+from proxy.metrics import Metrics, TimedStore, count_requests, setup_metrics
 from proxy.pipeline import Pipeline
 from proxy.upstream import Upstream
 from store.base import MemoryStore, Store
@@ -64,7 +64,10 @@ def make_store(settings: Settings) -> Store:
 def init_app(settings: Settings, store: Store | None = None,
              upstream: Upstream | None = None) -> web.Application:
     app = web.Application(client_max_size=int(settings.server.max_body_mb * 1024 * 1024),
-                          middlewares=[error_boundary])
+                          # the one place their order is set, outermost first: the
+                          # counter sees the final status, the boundary maps every error,
+                          # the key check runs inside it (its 401 is mapped too)
+                          middlewares=[count_requests, error_boundary, require_key])
     app[SETTINGS] = settings
     setup_auth(app, settings.auth)  # keys and tenants; /admin/* and /ui* need an admin key
     # Every route's upstream is resolved now: a misconfigured one raises ConfigError here,

@@ -155,8 +155,7 @@ async def require_key(request: web.Request, handler: Handler) -> web.StreamRespo
 
 def setup_auth(app: web.Application, settings: AuthSettings) -> None:
     """Raises ConfigError (start-up stops) when the keys the config names are missing."""
-    app[AUTH] = Guard(settings)
-    app.middlewares.append(require_key)
+    app[AUTH] = Guard(settings)  # `require_key` (in init_app's middleware list) reads it
 
 
 def caller_of(request: web.Request) -> Caller:

@@ -180,8 +180,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 def setup_metrics(app: web.Application, m: Metrics) -> None:
     """GET /metrics and request counts; `m` is the one the pipeline's TimedStore feeds."""
-    app[METRICS] = m
-    app.middlewares.insert(0, count_requests)  # outermost: sees the final status
+    app[METRICS] = m  # `count_requests` (in init_app's middleware list) reads it
     app.router.add_get("/metrics", metrics)
     lag = getattr(app[STORE], "lag", None)  # LanceStore: cheap, no LanceDB query
     if callable(lag):
