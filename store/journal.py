@@ -31,6 +31,7 @@ import structlog
 from store.wal import Loaded, WriteAheadLog
 
 log = structlog.get_logger("ctxwarden.store")
+REPLAY_LINGER_S = 0.25  # durability is the log's; LanceDB only needs to catch up
 
 Row = dict[str, Any]
 Rows = dict[str, list[Row]]  # by table name
@@ -136,6 +137,9 @@ class Journal:
                 self._idle.set()
                 await self._wake.wait()
                 self._wake.clear()
+                # Linger so one LanceDB commit carries a few hundred ms of requests: each
+                # commit blocked the event loop ~1.3 ms, and it came once per request.
+                await asyncio.sleep(REPLAY_LINGER_S)
                 continue
             seqs, rows = self._round()
             try:
