@@ -1,5 +1,5 @@
 """ctxwarden's proxy: the aiohttp edge, the context pipeline, the upstream boundary."""
 
-from proxy._env import configure_offline_defaults
-
-configure_offline_defaults()
+# The offline defaults (litellm's bundled cost map and tokenizers, HF offline) are set by
+# the store package, which the proxy depends on anyway: one copy, before litellm loads.
+import store  # noqa: F401

@@ -146,51 +146,39 @@ class Fitter:
         toward it took everything evictable, the user's own words included, for nothing.
         Give this turn's evictions back, most valuable first, while the request fits the
         budget: evict only what fitting needs."""
-        parts = conv.parts
-        total = fit.tokens
         for d in reversed(list(fit.new)):
-            part = d.part
-            if part.group is not None and (part.role == "assistant" or
-                                           parts[part.group].chunk.id in fit.evicted):
-                continue
-            affected = self._affected(conv, part)
-            before = sum(self.part_cost(conv, p, fit.evicted) for p in affected)
-            fit.evicted.discard(part.chunk.id)
-            after = sum(self.part_cost(conv, p, fit.evicted) for p in affected)
-            if total - before + after > budget:
-                fit.evicted.add(part.chunk.id)
-                continue
-            total += after - before
-            fit.new.remove(d)
-        fit.tokens = total
+            if self._take_back(conv, fit, d.part, budget):
+                fit.new.remove(d)
 
     def _restore(self, conv: Conversation, fit: Fit, target: int, policy: Policy,
                  ctx: PolicyContext) -> None:
         """After a spike (a huge tool output that had to push everything out) the room comes
         back, but sticky evictions would keep the user's facts out for good. Take back
         evicted messages and tool results, most valuable first, while they fit under the
-        watermark. One prefix change after a spike, not churn: it needs RESTORE_ROOM free.
-        A dropped tool call is not restored (its results would have to come back too)."""
+        watermark. One prefix change after a spike, not churn: it needs RESTORE_ROOM free."""
         new = {d.part.chunk.id for d in fit.new}
         parts = conv.parts
         cands = [p.chunk for p in parts if p.chunk.id in fit.evicted and p.chunk.id not in new]
         by_id = {p.chunk.id: p for p in parts}
-        total = fit.tokens
         for r in reversed(policy.rank(cands, ctx)):
-            part = by_id[r.chunk.id]
-            if part.group is not None and (part.role == "assistant" or
-                                           parts[part.group].chunk.id in fit.evicted):
-                continue
-            affected = self._affected(conv, part)
-            before = sum(self.part_cost(conv, p, fit.evicted) for p in affected)
-            fit.evicted.discard(part.chunk.id)
-            after = sum(self.part_cost(conv, p, fit.evicted) for p in affected)
-            if total - before + after > target:
-                fit.evicted.add(part.chunk.id)
-                continue
-            total += after - before
-            fit.restored.append(Decision(part, r.score, RESTORE_REASON))
-        fit.tokens = total
+            if self._take_back(conv, fit, by_id[r.chunk.id], target):
+                fit.restored.append(Decision(by_id[r.chunk.id], r.score, RESTORE_REASON))
+
+    def _take_back(self, conv: Conversation, fit: Fit, part: Part, limit: int) -> bool:
+        """Un-evict `part` if the request then still fits `limit` (fit.tokens follows). A
+        dropped tool call is not taken back (its results would have to come back too)."""
+        if part.group is not None and (part.role == "assistant" or
+                                       conv.parts[part.group].chunk.id in fit.evicted):
+            return False
+        affected = self._affected(conv, part)
+        before = sum(self.part_cost(conv, p, fit.evicted) for p in affected)
+        fit.evicted.discard(part.chunk.id)
+        after = sum(self.part_cost(conv, p, fit.evicted) for p in affected)
+        if fit.tokens - before + after > limit:
+            fit.evicted.add(part.chunk.id)
+            return False
+        fit.tokens += after - before
+        return True
 
     def cut(self, conv: Conversation, fit: Fit, budget: int) -> None:
         """Cut the tail's tool results, largest first, head-and-tail until the fit is within
