@@ -14,7 +14,6 @@ from proxy import metrics
 from proxy.auth import tenant_of, upstream_key_of
 from proxy.errors import InvalidRequest, PayloadTooLarge, RouteNotFound
 from proxy.keys import PIPELINE, SETTINGS, STORE, UPSTREAM
-from proxy.pipeline import Prepared
 from proxy.session import session_id
 from proxy.validate import validate_body
 
@@ -40,16 +39,6 @@ async def read_body(request: web.Request) -> dict[str, Any]:
     return body  # type: ignore[no-any-return]
 
 
-def _headers(p: Prepared) -> dict[str, str]:
-    return {
-        "X-Ctxwarden-Session": p.session,
-        "X-Ctxwarden-Tokens-In": str(p.tokens_in),
-        "X-Ctxwarden-Tokens-Out": str(p.tokens_out),
-        "X-Ctxwarden-Evicted": str(p.evicted),
-        "X-Ctxwarden-Recalled": str(p.recalled),
-    }
-
-
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     body = await read_body(request)
@@ -64,15 +53,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     structlog.contextvars.bind_contextvars(session=session, route=route.name)
     prepared = await request.app[PIPELINE].prepare(body, route, tenant, session)
     upstream = request.app[UPSTREAM]
-    fields: dict[str, Any] = {
-        "session": session, "route": route.name, "tenant": tenant, "turn": prepared.turn,
-        "tokens_in": prepared.tokens_in,
-        "tokens_out": prepared.tokens_out, "budget": prepared.budget,
-        "evicted": prepared.evicted, "new_evictions": prepared.new_evictions,
-        "recalled": prepared.recalled, "policy": route.policy,
-        "prefix_ratio": round(prepared.prefix_ratio, 3), "stream": bool(body.get("stream")),
-        "overhead_ms": round((time.perf_counter() - started) * 1000, 2),
-    }
+    fields: dict[str, Any] = {**prepared.log_fields(), "stream": bool(body.get("stream")),
+                              "overhead_ms": round((time.perf_counter() - started) * 1000, 2)}
     metrics.observe(request, prepared, fields["overhead_ms"])
     if not body.get("stream"):
         reply = await upstream.complete(route, prepared.body, upstream_key_of(request))
@@ -80,10 +62,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             fields["usage_prompt"] = reply.usage.get("prompt_tokens")
             fields["usage_completion"] = reply.usage.get("completion_tokens")
         log.info("request", status=reply.status, latency_ms=_ms(started), **fields)
-        return web.Response(body=reply.body, status=reply.status, headers=_headers(prepared),
+        return web.Response(body=reply.body, status=reply.status, headers=prepared.headers(),
                             content_type="application/json")
     stream = await upstream.open_stream(route, prepared.body, upstream_key_of(request))
-    resp = web.StreamResponse(headers={**_headers(prepared), "Cache-Control": "no-cache",
+    resp = web.StreamResponse(headers={**prepared.headers(), "Cache-Control": "no-cache",
                                        "Content-Type": "text/event-stream"})
     outcome = "complete"
     try:

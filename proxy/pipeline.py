@@ -59,6 +59,22 @@ class Prepared:
     prefix_ratio: float
     events: list[Event] = field(default_factory=list)
 
+    def headers(self) -> dict[str, str]:
+        """What the client sees of the decisions (README: response headers)."""
+        return {"X-Ctxwarden-Session": self.session,
+                "X-Ctxwarden-Tokens-In": str(self.tokens_in),
+                "X-Ctxwarden-Tokens-Out": str(self.tokens_out),
+                "X-Ctxwarden-Evicted": str(self.evicted),
+                "X-Ctxwarden-Recalled": str(self.recalled)}
+
+    def log_fields(self) -> dict[str, Any]:
+        """The request log line's fields (never message text or keys)."""
+        return {"session": self.session, "route": self.route.name, "tenant": self.tenant,
+                "turn": self.turn, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
+                "budget": self.budget, "evicted": self.evicted,
+                "new_evictions": self.new_evictions, "recalled": self.recalled,
+                "policy": self.route.policy, "prefix_ratio": round(self.prefix_ratio, 3)}
+
 
 class RouteRuntime:
     """Everything a route needs per request, built once."""
