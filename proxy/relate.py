@@ -61,9 +61,11 @@ class Relater:
             if qv is not None:
                 rel.vectors = _matches(index, vectors, qv, step)
                 _blend(rel.similarity, rel.vectors, min_similarity)
-            elif wait_ms > 0:
+            elif wait_ms > 0 and self.embedder.answers_now():
                 rel.query_vector = asyncio.ensure_future(
                     self.embedder.embed_within([step.words], wait_ms / 1000))
+            else:  # loading or busy: no wait can pay off; it lands for the next turn
+                self.embedder.embed_nowait([step.words])
         return rel
 
     async def finish(self, rel: Relevance, index: RelevanceIndex,

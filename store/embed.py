@@ -104,6 +104,11 @@ class CachedEmbedder:
         """The vector if this text was embedded already; never computes (hot-path safe)."""
         return self._cache.get(_key(text))
 
+    def answers_now(self) -> bool:
+        """Whether a short wait for a new vector can pay off (a model idle and loaded);
+        a remote model never answers within a few milliseconds."""
+        return False
+
     async def embed(self, texts: Sequence[str]) -> Vectors:
         """The vectors, in order; waits as long as the model takes (and for queue room)."""
         plan = self._plan(texts, urgent=False)
@@ -281,6 +286,9 @@ class SentenceTransformerEmbedder(CachedEmbedder):
     def queued(self) -> int:
         """Texts waiting for the model or being embedded."""
         return self.process.queued
+
+    def answers_now(self) -> bool:
+        return self.process.answers_now()
 
     def oldest_age(self) -> float:
         return self.process.oldest_age()

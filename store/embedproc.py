@@ -165,6 +165,14 @@ class EmbedProcess:
         """Texts waiting or being embedded."""
         return self._queued
 
+    def answers_now(self) -> bool:
+        """A query submitted now would start at once: the model is loaded and nothing is
+        running or queued ahead of it. (While the model loads or a batch runs, a caller
+        that can only wait a few milliseconds should not wait at all.)"""
+        with self._cond:
+            return (self.ready.done() and self._current is None and not self._urgent
+                    and not self._stopping)
+
     def oldest_age(self) -> float:
         """Seconds the oldest job waiting or being embedded has waited (0 when none)."""
         with self._cond:

@@ -84,7 +84,9 @@ async def test_a_killed_embedder_fails_no_request_and_embedding_resumes(
 
 async def test_embed_within_and_nowait_fill_the_parents_cache() -> None:
     emb = get_embedder("sentence-transformers", "all-MiniLM-L6-v2")
+    assert not emb.answers_now()  # no model loaded yet: a request must not wait for it
     await emb.embed(["warm the model up"])
+    assert emb.answers_now()  # loaded and idle: a query would start at once
     text = f"a query never seen before {time.time()}"
     assert emb.cached(text) is None
     assert await emb.embed_within([text], 0.0) is None  # not in time: None, work goes on

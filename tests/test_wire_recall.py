@@ -264,3 +264,23 @@ async def test_without_ready_vectors_nothing_waits_and_lexical_still_works(
     resp = await post(client, [*history, assistant("Done."), user(ASK)])
     assert resp.headers["X-Ctxwarden-Recalled"] != "0"
     assert ANSWER in upstream.history[-1].body["messages"][-1]["content"]
+
+
+async def test_an_embedder_that_cannot_answer_now_is_not_waited_for(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """Loading its model or busy with a batch: the request does not wait the
+    vector_wait_ms; the step's words are queued and the vector lands for a later turn."""
+    from tests.support.fakes import TopicEmbedder
+
+    class Loading(TopicEmbedder):
+        def answers_now(self) -> bool:
+            return False
+
+    embedder = Loading({"x": ["x"]})
+    client = await aiohttp_client(init_app(settings(upstream, recall={"vector_wait_ms": 1000}),
+                                           store=EmbeddingStore(embedder)))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await post(client, [{"role": "system", "content": "sys"}, user("A brand new question?")])
+    assert loop.time() - started < 0.5  # never the 1 s wait
+    assert embedder.cached("A brand new question?") is not None  # queued, and it landed
