@@ -173,7 +173,7 @@ routes:
                  f"**{figures['stream_ttfb_overhead_ms']:.2f} ms** after the direct call's "
                  "(median of per-iteration differences; target ≤ 2 ms).")
     lines.append(f"\nProxy peak RSS after the run: {figures['proxy_peak_rss_mb']:.0f} MB "
-                 "(MiniLM loaded: the store's embedder lives in the proxy process).")
+                 "(the proxy and its embedder process, MiniLM loaded).")
     return "\n".join(lines), figures
 
 
