@@ -153,7 +153,8 @@ def report(args: argparse.Namespace, out: dict[str, Any]) -> str:
               + ". Mean ms per store call (its /metrics): " + ", ".join(
                   f"{k} {v[0]:.0f} × {v[1]:,.0f}" for k, v in out["inside"].items()
                   if k != "overhead") + ".",
-              f"- ctxwarden RSS: {out['rss_start_mb']:.0f} MB at start (with its embedder process), "
+              "- ctxwarden RSS (with its embedder process): "
+              f"{out['rss_start_mb']:.0f} MB at start, "
               f"{out['rss_end_mb']:.0f} MB at the end, peak {out['rss_peak_mb']:.0f} MB; "
               f"internal errors in its log: {out['proxy_internal_errors']}.",
               f"- The LiteLLM path runs in the client process: its RSS went from "
