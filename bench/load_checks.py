@@ -74,7 +74,7 @@ async def inside(http: aiohttp.ClientSession, url: str) -> dict[str, tuple[float
     out: dict[str, tuple[float, float]] = {}
     for what, name, label in (("overhead", "ctxwarden_overhead_seconds", 'route="load"'),
                               *((op, "ctxwarden_store_seconds", f'op="{op}"')
-                                for op in ("recall", "offload", "log"))):
+                                for op in ("record", "evicted_ids", "fetch"))):
         got = {kind: float(m.group(1)) for kind in ("sum", "count") if (m := re.search(
             rf"^{name}_{kind}{{{label}}} (\S+)$", text, re.M))}
         if got.get("count"):
@@ -84,7 +84,7 @@ async def inside(http: aiohttp.ClientSession, url: str) -> dict[str, tuple[float
 
 def split_overhead(log: Path) -> dict[str, tuple[float, float, int]]:
     """The proxy's pre-forward time from its request log lines: (p50, p99, count) for the
-    turns that fit the window and for those that evicted (and so offloaded and recalled)."""
+    turns that fit the window and for those that evicted (and so offloaded and logged)."""
     fit: list[float] = []
     evicting: list[float] = []
     for line in log.read_bytes().splitlines():
