@@ -395,7 +395,7 @@ class LanceStore:
         """
         await self._ready()
         out: dict[str, float] = {S.PASSAGES: 0}
-        for name, tbl in self._tables.items():
+        for name, tbl in list(self._tables.items()):  # a table may open meanwhile
             logged = list(self.journal.rows[name]) if name in LOGGED else None
             out[name] = int(await tbl.count_rows()) + await self._missing(tbl, logged)
         return {**out, **self.lag()}

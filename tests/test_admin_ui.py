@@ -101,7 +101,7 @@ async def test_inspector_shows_what_the_api_reports(aiohttp_client: ClientFactor
             assert drawn("evicted", at) == logged(evicts, first, upto=False)
             assert drawn("evicted", at - 1) == {}
             budget = next(s for s in sets if s["kind"] == "budget")["data"]
-            assert budget == [t["budget"] for t in turns] and budget[0] == 911
+            assert budget == [t["budget"] for t in turns] and budget[0] == 1012
 
             # Click the ADR's eviction: the exact text the store kept.
             adr = next(i for i, e in enumerate(api["events"])

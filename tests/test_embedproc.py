@@ -84,7 +84,6 @@ async def test_a_killed_embedder_fails_no_request_and_embedding_resumes(
 
 async def test_embed_within_and_nowait_fill_the_parents_cache() -> None:
     emb = get_embedder("sentence-transformers", "all-MiniLM-L6-v2")
-    assert not emb.answers_now()  # no model loaded yet: a request must not wait for it
     await emb.embed(["warm the model up"])
     assert emb.answers_now()  # loaded and idle: a query would start at once
     text = f"a query never seen before {time.time()}"
@@ -99,6 +98,17 @@ async def test_embed_within_and_nowait_fill_the_parents_cache() -> None:
     both = await emb.embed_within([other, text], 30.0)
     assert both is not None and both.shape == (2, 384)
     assert np.allclose(both, await emb.embed([other, text]))
+
+
+async def test_a_model_still_loading_does_not_answer_now() -> None:
+    """A request must not wait for an embedder whose model is not loaded yet."""
+    own = SentenceTransformerEmbedder("all-MiniLM-L6-v2")  # its own child, not the shared
+    try:
+        assert not own.answers_now()
+        await own.load()
+        assert own.answers_now()
+    finally:
+        own.close()
 
 
 async def test_a_query_goes_ahead_of_background_passages(
