@@ -19,7 +19,7 @@ from store import schema as S
 from store.base import Event, EvictedChunk, MemoryStore, Store, Turn
 from store.errors import StoreUnavailable
 from store.lance import LanceStore
-from tests.support.app import CHAT, STUB, ClientFactory, chat, config, make
+from tests.support.app import CHAT, STUB, ClientFactory, chat, config, make, refused_whole
 from tests.support.fakes import FakeEmbedder, read_only
 from tests.support.messages import long_session
 from tests.support.openai_server import UpstreamServer
@@ -143,17 +143,10 @@ async def test_an_unwritable_log_answers_503_and_forwards_nothing(
     assert (await client.post(CHAT, json=chat())).status == 200  # the store is open
     sid = {"X-Session-ID": "s-fault"}
     msgs = {"model": "t-1", "messages": long_session(14)}
-    forwarded = len(upstream.history)
     fault = (read_only(db) if kind == "read_only"
              else failing_sync(OSError(errno.ENOSPC, "No space left on device")))
     with fault:
-        refused = await client.post(CHAT, json=msgs, headers=sid)
-        assert refused.status == 503
-        err = (await refused.json())["error"]
-        assert (err["type"], err["code"]) == ("store_error", "store_unavailable")
-        assert err["message"].endswith("nothing was dropped from the conversation.")
-        assert len(upstream.history) == forwarded  # nothing went out without its chunks
-        assert (await client.get("/healthz")).status == 200
+        await refused_whole(client, msgs, sid, upstream)
         assert (await client.post(CHAT, json=chat(text="no eviction needed"))).status == 200
     assert await lance.events("default", "s-fault") == []
     retried = await client.post(CHAT, json=msgs, headers=sid)

@@ -48,3 +48,17 @@ async def make(aiohttp_client: ClientFactory, settings: Settings,
 def chat(stream: bool = False, text: str = "hi") -> dict[str, Any]:
     """A one-message request for route `t`."""
     return {"model": "t-1", "stream": stream, "messages": [{"role": "user", "content": text}]}
+
+
+async def refused_whole(client: TestClient[Any, Any], msgs: dict[str, Any],
+                        headers: dict[str, str], upstream: UpstreamServer) -> None:
+    """The store could not take what this turn evicts: OpenAI's 503 shape with our code,
+    nothing went upstream without its chunks, and the proxy stays up."""
+    forwarded = len(upstream.history)
+    refused = await client.post(CHAT, json=msgs, headers=headers)
+    assert refused.status == 503
+    err = (await refused.json())["error"]
+    assert (err["type"], err["code"]) == ("store_error", "store_unavailable")
+    assert err["message"].endswith("nothing was dropped from the conversation.")
+    assert len(upstream.history) == forwarded  # nothing went out without its chunks
+    assert (await client.get("/healthz")).status == 200  # the proxy stays up
