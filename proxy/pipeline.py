@@ -35,7 +35,7 @@ from proxy.recall import (
 )
 from proxy.relate import Relater, Relevance
 from proxy.session import Sessions, SessionState
-from proxy.tokens import TokenCounter, encoding_for
+from proxy.tokens import REPLY_PRIMING, TokenCounter, encoding_for
 from proxy.turnlog import TurnLog, summary
 from store.base import Event, EvictedChunk, RecallQuery, Store
 from store.relevance import Hit, Vectors
@@ -173,7 +173,7 @@ class Pipeline:
         # fit: sticky decisions, then the policy, down to the watermark; cut if must
         tools_tokens = rt.counter.tools(body.get("tools"))
         room, reserved = rt.room(body, tools_tokens)
-        tokens_in = rt.fitter.cost(conv, set()) + tools_tokens
+        tokens_in = REPLY_PRIMING + sum(p.chunk.tokens for p in conv.parts) + tools_tokens
         ctx = PolicyContext(turn=conv.turn, similarity=rel.similarity,
                             rng=random.Random(f"{session}:{conv.turn}"))
         target = int(room * rt.route.watermark)
@@ -187,7 +187,8 @@ class Pipeline:
         await self.relater.finish(rel, state.index, state.vectors)
         asked_now = bool(conv.parts) and conv.parts[-1].role == "user"
         kept = [] if asked_now else _carried(state.blocks, conv, fit, room)
-        fit, recall = self._recall(rt, conv, fit, rel, state, room, target, ctx, kept)
+        fit, recall = self._recall(rt, conv, fit, rel, state, room, target, ctx, kept,
+                                   asked_now)
         if settings.cross_session and not recall.passages and rel.step.text:
             recall = await self._recall_across(rt, conv, fit, recall, tenant, session, room)
         state.blocks = recall.blocks
@@ -223,7 +224,7 @@ class Pipeline:
 
     def _recall(self, rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevance,
                 state: SessionState, room: int, target: int, ctx: PolicyContext,
-                kept: list[Block]) -> tuple[Fit, RecallResult]:
+                kept: list[Block], asked_now: bool) -> tuple[Fit, RecallResult]:
         """Choose passages of evicted chunks not already in a kept block. When they do not
         fit the room left, fit again leaving room for them if the user asks now or this
         turn evicts anyway; otherwise (and after a cut) they take the free room, weakest
@@ -250,7 +251,6 @@ class Pipeline:
             return fit, result
         need = sum(r.tokens for r in chosen) + rt.block_overhead
         free = room - fit.tokens - result.tokens
-        asked_now = bool(conv.parts) and conv.parts[-1].role == "user"
         if need > free and not fit.cuts and (fit.new or asked_now):
             # Making room means evicting: worth a prefix change when the user asks now or
             # the turn evicts anyway; on a tool turn that evicts nothing, recall takes the
