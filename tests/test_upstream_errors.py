@@ -19,7 +19,7 @@ from proxy.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
-from proxy.upstream import Upstream, map_upstream_error
+from proxy.upstream import Upstream, UpstreamUnavailable, map_upstream_error
 from tests.support.messages import tool, user
 from tests.support.openai_server import UpstreamServer
 from tests.support.upstream import BOTH, KEY, body, route
@@ -32,8 +32,13 @@ ERROR_CASES: list[tuple[int, type[ProxyError], int, dict[str, Any]]] = [
     (404, RouteNotFound, 404, {"type": "invalid_request_error", "code": "model_not_found"}),
     (429, RateLimited, 429, {"type": "rate_limit_error", "code": "rate_limit_exceeded"}),
     (500, UpstreamError, 502, {"type": "upstream_error", "code": "bad_gateway"}),
-    (503, UpstreamError, 502, {"type": "upstream_error", "code": "bad_gateway"}),
+    (503, UpstreamUnavailable, 503, {"type": "service_unavailable_error",
+                                     "code": "upstream_unavailable"}),
+    (529, UpstreamUnavailable, 503, {"type": "service_unavailable_error",
+                                     "code": "upstream_overloaded"}),
 ]
+# what the fake sends beside each status, and what must reach the client
+RETRY_AFTER = {429: "7", 503: "30"}
 
 
 @BOTH
@@ -42,7 +47,9 @@ ERROR_CASES: list[tuple[int, type[ProxyError], int, dict[str, Any]]] = [
 async def test_upstream_status_keeps_its_meaning(
         up: Upstream, upstream: UpstreamServer, transport: str, stream: bool, status: int,
         cls: type[ProxyError], out: int, shape: dict[str, Any]) -> None:
-    upstream.enqueue_error(status, headers={"Retry-After": "7"} if status == 429 else {})
+    retry = RETRY_AFTER.get(status)
+    overloaded = {"type": "overloaded_error", "message": "Overloaded"} if status == 529 else {}
+    upstream.enqueue_error(status, headers={"Retry-After": retry} if retry else {}, **overloaded)
     r = route(upstream.url, transport)
     with pytest.raises(ProxyError) as exc:
         if stream:
@@ -53,15 +60,38 @@ async def test_upstream_status_keeps_its_meaning(
     assert type(err) is cls and err.status == out
     assert set(err.body()["error"]) == {"message", "type", "code"}
     assert {k: err.body()["error"][k] for k in ("type", "code")} == shape
+    assert err.headers == ({"Retry-After": retry} if retry else {})  # never made up
     message = err.message
     if status == 429:
         assert message.startswith("Rate limit reached for gpt-4o-mini")
-        assert err.headers == {"Retry-After": "7"}
     if status == 500:
         assert message == ("The upstream answered HTTP 500: The server had an error while "
                            "processing your request. Sorry about that!")
+    if status == 503:
+        assert message == ("The upstream answered HTTP 503: The engine is currently overloaded, "
+                           "please try again later")
+    if status == 529:
+        assert message == "The upstream is overloaded: Overloaded"
     if status == 404:
         assert message == "The model `gpt-4o-mini` does not exist or you do not have access to it."
+
+
+@BOTH
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_404_that_is_not_about_the_model_is_a_502(
+        up: Upstream, upstream: UpstreamServer, transport: str, stream: bool) -> None:
+    """A wrong api_base path: the fake's web server answers its plain "404: Not Found"."""
+    base = upstream.url + "/wrong"
+    with pytest.raises(UpstreamError) as exc:
+        if stream:
+            await up.open_stream(route(base, transport), body(stream=True))
+        else:
+            await up.complete(route(base, transport), body())
+    assert type(exc.value) is UpstreamError and exc.value.status == 502
+    assert exc.value.body() == {"error": {
+        "message": f"The upstream at {base} has no such API path (HTTP 404: 404: Not Found); "
+                   "check the route's upstream.api_base",
+        "type": "upstream_error", "code": "upstream_not_found"}}
 
 
 @BOTH
@@ -156,3 +186,19 @@ def test_mapping_scrubs_keys_and_reads_foreign_shapes() -> None:
     err = map_upstream_error(ConnectionRefusedError(111, "Connect call failed"),
                              api_base="http://user:pw@host:1/v1?key=x")
     assert err.status == 502 and "pw" not in err.message and "key=x" not in err.message
+
+
+def test_a_404_is_model_not_found_only_when_it_names_a_model() -> None:
+    page = (b"<html>\r\n<head><title>404 Not Found</title></head>\r\n<body>\r\n<center><h1>404 "
+            b"Not Found</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
+    err = map_upstream_error(status=404, body=page, api_base="https://llm.example/api")
+    assert (err.status, err.body()) == (502, {"error": {
+        "message": "The upstream at https://llm.example/api has no such API path (HTTP 404: "
+                   "404 Not Found); check the route's upstream.api_base",
+        "type": "upstream_error", "code": "upstream_not_found"}})
+    ollama = map_upstream_error(status=404, body=b'{"error": "model \\"llama3\\" not found, '
+                                                 b'try pulling it first"}')
+    assert type(ollama) is RouteNotFound and ollama.code == "model_not_found"
+    assert ollama.message == 'model "llama3" not found, try pulling it first'
+    fastapi = map_upstream_error(status=404, body=b'{"detail": "Not Found"}')
+    assert (fastapi.status, fastapi.code) == (502, "upstream_not_found")

@@ -20,9 +20,9 @@ start-up with a `ConfigError` naming it, instead of failing its first request.
 """
 
 from proxy.upstream.client import Upstream
-from proxy.upstream.errors import map_upstream_error
+from proxy.upstream.errors import UpstreamUnavailable, map_upstream_error
 from proxy.upstream.resolve import DIRECT_PROVIDERS, resolve, resolve_routes
 from proxy.upstream.transport import Target, Transport, UpstreamReply
 
 __all__ = ["DIRECT_PROVIDERS", "Target", "Transport", "Upstream", "UpstreamReply",
-           "map_upstream_error", "resolve", "resolve_routes"]
+           "UpstreamUnavailable", "map_upstream_error", "resolve", "resolve_routes"]

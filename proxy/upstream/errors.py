@@ -4,6 +4,16 @@ Both transports end here, so a 429 answered by OpenAI over aiohttp and a 429 rai
 LiteLLM for Anthropic reach the client the same way (status, OpenAI's error shape,
 `Retry-After`). Messages keep the provider's words but never carry an API key: a route's
 key is scrubbed out, and so is anything shaped like one (providers echo masked keys).
+
+Statuses that are easy to get wrong:
+- 503, and Anthropic's 529 `overloaded_error` (LiteLLM raises it as a 500, so the body's
+  kind decides), are `UpstreamUnavailable`: 503 with code `upstream_unavailable` or
+  `upstream_overloaded`, and the provider's `Retry-After` when it sent one. None is made up
+  when it did not: the openai SDK then backs off with jitter on its own, while a fixed
+  invented delay would bring every client back at the same instant.
+- 404 is `model_not_found` only when the provider says so (its code, or a message about a
+  model). Any other 404 (an HTML "Not Found" from a wrong `api_base` path) is a 502
+  `upstream_not_found`: the client's model is fine, the route's URL is not.
 """
 
 from __future__ import annotations
@@ -28,12 +38,13 @@ from proxy.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
+from proxy.upstream.error_body import ErrorBody, litellm_message, parse_error_body, response_text
 
 # Providers word it differently; LiteLLM's own detection looks for much the same phrases.
 _CONTEXT = re.compile(r"context.length|context.window|maximum context|too many tokens|"
-                      r"prompt is too long|input is too long|reduce the length", re.I)
-# "litellm.RateLimitError: RateLimitError: OpenAIException - <provider message>"
-_LITELLM_PREFIX = re.compile(r"^(?:litellm\.\w+:\s*)*(?:\w+Error:\s*)*(?:\w+Exception\s*-\s*)?")
+                      r"prompt is too long|input is too long|reduce the length|"
+                      r"exceed context limit", re.I)
+_MODEL = re.compile(r"\bmodels?\b", re.I)  # a 404 about the model, not the URL
 _KEYLIKE = re.compile(r"\b(?:sk|pk|rk|xai|gsk|csk)[-_][A-Za-z0-9_\-*]{3,}")
 _CONNECT = ("Connection error", "Cannot connect", "Connection refused", "connect call failed")
 
@@ -61,37 +72,44 @@ def map_upstream_error(
         limit = f" within {timeout:g}s" if timeout else ""
         return UpstreamTimeout(f"The upstream{where} did not answer{limit}.")
     if exc is not None and midstream:
-        reason = _LITELLM_PREFIX.sub("", _first_line(exc))
+        reason = litellm_message(_first_line(exc))
         return UpstreamError(f"The upstream{where} broke off the stream: "
                              f"{_scrub(reason, secrets)}", code="upstream_stream_broken")
     if exc is not None and _is_connect(exc):
         return UpstreamError(f"Could not connect to the upstream{where}: "
                              f"{_scrub(_first_line(exc), secrets)}", code="upstream_unreachable")
     message: str | None = None
-    code = param = None
     if exc is not None:
         status = status or _int(getattr(exc, "status_code", None))
         resp = getattr(exc, "response", None)
         headers = headers or getattr(exc, "litellm_response_headers", None) or getattr(
             resp, "headers", None)
-        message = _LITELLM_PREFIX.sub("", str(getattr(exc, "message", None) or exc)).strip()
+        message = litellm_message(str(getattr(exc, "message", None) or exc))
         sdk_body = getattr(exc, "body", None)  # the openai SDK's parsed error, LiteLLM keeps it
         if isinstance(sdk_body, (dict, str)) and sdk_body:
             body = body or (orjson.dumps(sdk_body) if isinstance(sdk_body, dict) else sdk_body)
-        body = body or _response_text(resp) or (message if message.startswith("{") else None)
-    parsed = _parse_error_body(body)
-    if parsed is not None:
-        message, code, param = parsed
+        body = body or response_text(resp) or (message if message.startswith("{") else None)
+    parsed = parse_error_body(body) or ErrorBody(message or "")
     if status is None:  # not an HTTP answer at all: a broken connection, a bug in a transport
-        reason = _scrub(message or _first_line(exc) or "unknown error", secrets)
+        reason = _scrub(parsed.message or _first_line(exc) or "unknown error", secrets)
         return UpstreamError(f"The upstream{where} failed: {reason}")
-    message = _scrub(message or f"The upstream answered HTTP {status}.", secrets)
+    err = ErrorBody(_scrub(parsed.message or f"The upstream answered HTTP {status}.", secrets),
+                    parsed.code, parsed.param, parsed.kind)
     context = type(exc).__name__ == "ContextWindowExceededError" if exc is not None else False
-    return _by_status(status, message, code, param, headers or {}, context)
+    return _by_status(status, err, headers or {}, context, where)
 
 
-def _by_status(status: int, message: str, code: str | None, param: str | None,
-               headers: Mapping[str, str], context: bool) -> ProxyError:
+class UpstreamUnavailable(UpstreamError):
+    """503: the upstream is overloaded or down for now; retry later (`Retry-After` if given)."""
+
+    status = 503
+    type = "service_unavailable_error"
+    default_code = "upstream_unavailable"
+
+
+def _by_status(status: int, err: ErrorBody, headers: Mapping[str, str], context: bool,
+               where: str) -> ProxyError:
+    message, code, param = err.message, err.code, err.param
     if status in (400, 422):
         if context or code == "context_length_exceeded" or _CONTEXT.search(message):
             return ContextLengthExceeded(message, param=param)
@@ -101,50 +119,30 @@ def _by_status(status: int, message: str, code: str | None, param: str | None,
     if status == 403:
         return PermissionDenied(message, code=code)
     if status == 404:
-        return RouteNotFound(message, code="model_not_found", param=param)
+        if code == "model_not_found" or param == "model" or _MODEL.search(message):
+            return RouteNotFound(message, code="model_not_found", param=param)
+        return UpstreamError(f"The upstream{where} has no such API path (HTTP 404: {message}); "
+                             "check the route's upstream.api_base", code="upstream_not_found")
     if status == 408:
         return UpstreamTimeout(message)
     if status == 413:
         return PayloadTooLarge(message)
     if status == 429:
-        retry = _header(headers, "Retry-After")
-        return RateLimited(message, code=code, headers={"Retry-After": retry} if retry else None)
+        return RateLimited(message, code=code, headers=_retry_after(headers))
+    if status == 529 or err.kind == "overloaded_error":
+        return UpstreamUnavailable(f"The upstream is overloaded: {message}",
+                                   code="upstream_overloaded", headers=_retry_after(headers))
+    if status == 503:
+        return UpstreamUnavailable(f"The upstream answered HTTP 503: {message}",
+                                   headers=_retry_after(headers))
     if 400 <= status < 500:
         return InvalidRequest(message, code=code, param=param)
     return UpstreamError(f"The upstream answered HTTP {status}: {message}")
 
 
-def _parse_error_body(body: bytes | str | None) -> tuple[str, str | None, str | None] | None:
-    """OpenAI's `{"error": {...}}`, and the shapes other servers use (vLLM, FastAPI, plain)."""
-    if not body:
-        return None
-    try:
-        data: Any = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        text = body.decode(errors="replace") if isinstance(body, bytes) else body
-        return (text.strip()[:1000], None, None) if text.strip() else None
-    err = data.get("error", data) if isinstance(data, dict) else data
-    if isinstance(err, str):
-        return err, None, None
-    if not isinstance(err, dict):
-        return None
-    message = err.get("message") or err.get("detail") or err.get("msg")
-    if not isinstance(message, str):
-        message = orjson.dumps(message).decode() if message is not None else None
-    if message is None:
-        return None
-    code = err.get("code")
-    param = err.get("param")
-    return (message, str(code) if code is not None else None,
-            param if isinstance(param, str) else None)
-
-
-def _response_text(resp: Any) -> str | None:
-    try:
-        text = resp.text if resp is not None else None
-    except Exception:  # an httpx response whose body was streamed and not read
-        return None
-    return text if isinstance(text, str) and text else None
+def _retry_after(headers: Mapping[str, str]) -> dict[str, str] | None:
+    retry = _header(headers, "Retry-After")
+    return {"Retry-After": retry} if retry else None
 
 
 def _is_timeout(exc: BaseException) -> bool:

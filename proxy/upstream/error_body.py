@@ -1,0 +1,92 @@
+"""Reading a provider's error body, whatever its shape, and LiteLLM's wrapping of it.
+
+OpenAI answers `{"error": {"message", "type", "code", "param"}}`; Anthropic
+`{"type": "error", "error": {"type", "message"}}` (the kind is in `type`, e.g.
+`overloaded_error`, `not_found_error`); vLLM and FastAPI `{"detail": ...}`; a web server
+in front of the API plain text or an HTML page. LiteLLM hands the Anthropic body over
+inside its exception's message, as `AnthropicError - {...}` (or `b'{...}'` when streamed)
+followed by `. Handle with `litellm.InternalServerError`.`: `litellm_message` unwraps that.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+# "litellm.RateLimitError: RateLimitError: OpenAIException - <provider message>",
+# "litellm.InternalServerError: AnthropicError - <body>", "AnthropicException BadGatewayError - "
+_LITELLM_PREFIX = re.compile(r"^(?:litellm\.\w+:\s*)*(?:\w+Error:\s*)*"
+                             r"(?:\w+(?:Exception|Error)(?:\s+\w+Error)?\s+-\s*)?")
+_HANDLE_WITH = re.compile(r"\.?\s*Handle with `litellm\.\w+`\.?\s*$")
+_BYTES = re.compile(r"^b(['\"]).*\1$", re.S)
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.I | re.S)
+_TAG = re.compile(r"<[^>]+>")
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorBody:
+    message: str
+    code: str | None = None
+    param: str | None = None
+    kind: str | None = None  # the error's `type`: Anthropic's only classifier
+
+
+def litellm_message(text: str) -> str:
+    """The provider's own words from a LiteLLM exception's message (a JSON body stays JSON)."""
+    text = _HANDLE_WITH.sub("", _LITELLM_PREFIX.sub("", text.strip())).strip()
+    if _BYTES.match(text):
+        try:
+            raw = ast.literal_eval(text)  # a bytes literal only: literal_eval runs no code
+        except (ValueError, SyntaxError):
+            return text
+        if isinstance(raw, bytes):
+            return raw.decode(errors="replace")
+    return text
+
+
+def parse_error_body(body: bytes | str | None) -> ErrorBody | None:
+    """The message (and code, param, kind) of any error body; None for an empty one."""
+    if not body:
+        return None
+    try:
+        data: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        text = body.decode(errors="replace") if isinstance(body, bytes) else body
+        text = _plain(text)
+        return ErrorBody(text) if text else None
+    err = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(err, str):
+        return ErrorBody(err)
+    if not isinstance(err, dict):
+        return None
+    message = err.get("message") or err.get("detail") or err.get("msg")
+    if not isinstance(message, str):
+        message = orjson.dumps(message).decode() if message is not None else None
+    if message is None:
+        return None
+    code, param, kind = err.get("code"), err.get("param"), err.get("type")
+    return ErrorBody(message, str(code) if code is not None else None,
+                     param if isinstance(param, str) else None,
+                     kind if isinstance(kind, str) else None)
+
+
+def _plain(text: str) -> str:
+    """Text as is; an HTML page as its title (else its text), whitespace collapsed."""
+    if "<" in text and ">" in text and re.search(r"<(?:html|head|body|title|h1)\b", text, re.I):
+        title = _TITLE.search(text)
+        text = title.group(1) if title else _TAG.sub(" ", text)
+        return " ".join(text.split())[:300]
+    return text.strip()[:1000]
+
+
+def response_text(resp: Any) -> str | None:
+    """An httpx/aiohttp response's text, if it was read; None otherwise."""
+    try:
+        text = resp.text if resp is not None else None
+    except Exception:  # an httpx response whose body was streamed and not read
+        return None
+    return text if isinstance(text, str) and text else None
