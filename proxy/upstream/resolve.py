@@ -97,8 +97,27 @@ def _resolve(route: RouteSettings) -> Target:
     if transport == "auto":
         transport = "direct" if provider in DIRECT_PROVIDERS else "litellm"
     if transport == "litellm":
-        return Target("litellm", provider, up.model, up.api_base, **common)
+        limit = route.max_output_tokens if needs_max_tokens(provider, up.model) else None
+        return Target("litellm", provider, up.model, up.api_base, default_max_tokens=limit,
+                      **common)
     return _direct(model, provider, key or dyn_key, up.api_base or dyn_base, common)
+
+
+def needs_max_tokens(provider: str, model: str) -> bool:
+    """Whether a request without an output limit must get the route's `max_output_tokens`.
+
+    Anthropic's Messages API requires `max_tokens` (directly, on Bedrock, on Vertex AI), so
+    when the client sends none LiteLLM fills in the model's maximum output: 64,000 for
+    claude-sonnet-4-5. The proxy fitted the prompt to `window - route.max_output_tokens`,
+    and Anthropic refuses a request whose prompt plus `max_tokens` exceeds the window, so a
+    prompt fitted near the window would come back 400 "input length and `max_tokens`
+    exceed context limit". Sending the output the proxy reserved keeps the request inside
+    the window it was fitted to. Other providers take no limit as "up to the model's", do
+    not refuse for it, and keep the body as the client sent it (the direct transport
+    always does).
+    """
+    name = model.lower()
+    return provider == "anthropic" or "claude" in name or "anthropic" in name
 
 
 def _direct(model: str, provider: str, key: str | None, base: str | None,

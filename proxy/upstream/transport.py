@@ -41,6 +41,8 @@ class Target:
     headers: dict[str, str] = field(default_factory=dict, repr=False)  # direct: incl. auth
     extra_headers: dict[str, str] = field(default_factory=dict, repr=False)
     mock_response: str | None = None
+    # litellm: `max_tokens` sent when the client set no output limit (see resolve.py)
+    default_max_tokens: int | None = None
     # direct: LiteLLM's mapping of the few fields this provider needs changed, if any
     prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = field(default=None, repr=False)
 

@@ -4,6 +4,9 @@
 and the rest, and translates their answers back; here those answers become the same
 OpenAI JSON / SSE bytes the direct transport relays, so the edge cannot tell the two apart.
 A route's `mock_response` also comes this way: LiteLLM answers it with no network.
+A request without an output limit to a provider that requires one (Anthropic, also on
+Bedrock and Vertex AI) goes out with the output the proxy reserved for it, not LiteLLM's
+default of the model's maximum (`resolve.needs_max_tokens` says why).
 """
 
 from __future__ import annotations
@@ -65,6 +68,11 @@ def _kwargs(target: Target, body: dict[str, Any], stream: bool) -> dict[str, Any
         kw["extra_headers"] = dict(target.extra_headers)
     if target.mock_response is not None:
         kw["mock_response"] = target.mock_response
+    if (target.default_max_tokens is not None and kw.get("max_tokens") is None
+            and kw.get("max_completion_tokens") is None):
+        # the output the proxy reserved, not LiteLLM's default of the model's maximum
+        kw.pop("max_completion_tokens", None)
+        kw["max_tokens"] = target.default_max_tokens
     return kw
 
 
