@@ -82,7 +82,8 @@ class RouteRuntime:
     def __init__(self, route: RouteSettings, window: int) -> None:
         self.route = route
         self.window = window
-        self.counter = TokenCounter(encoding_for(route.upstream.model))
+        self.counter = TokenCounter(encoding_for(route.upstream.model),
+                                    model=route.upstream.model)
         self.analyzer = MessageAnalyzer(self.counter)
         self.chunker = Chunker(self.analyzer, route.classification)
         self.fitter = Fitter(self.counter)
@@ -171,7 +172,7 @@ class Pipeline:
                                   settings.vector_wait_ms if settings.enabled else 0,
                                   settings.min_similarity)
         # fit: sticky decisions, then the policy, down to the watermark; cut if must
-        tools_tokens = rt.counter.tools(body.get("tools"))
+        tools_tokens = rt.counter.request_extras(body)  # tools, functions, schemas
         room, reserved = rt.room(body, tools_tokens)
         tokens_in = REPLY_PRIMING + sum(p.chunk.tokens for p in conv.parts) + tools_tokens
         ctx = PolicyContext(turn=conv.turn, similarity=rel.similarity,

@@ -1,0 +1,127 @@
+"""What a request costs besides its messages' text, and per model family, through the app.
+
+Expected counts are worked out here from o200k and the documented rules (proxy/tokens.py):
+a `response_format` schema and legacy `functions` cost their compact JSON + 12, a legacy
+`function_call` 3 + its JSON, Claude text 1.3 × o200k plus Anthropic's 346-token tool
+prompt, Llama 3 1.1 × and Mistral 1.35 ×.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import orjson
+import tiktoken
+
+from tests.support.app import CHAT, ClientFactory, make, one_route, settings_for
+from tests.support.messages import filler, long_session, user
+from tests.support.openai_server import UpstreamServer
+
+O200K = tiktoken.get_encoding("o200k_base")
+
+
+def n(text: str) -> int:
+    return len(O200K.encode_ordinary(text))
+
+
+def js(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+SCHEMA = {"type": "json_schema", "json_schema": {"name": "report", "strict": True, "schema": {
+    "type": "object", "additionalProperties": False,
+    "required": [f"field_{i}" for i in range(15)],
+    "properties": {f"field_{i}": {"type": "string", "description": filler(12, f"d{i}")}
+                   for i in range(15)}}}}
+
+
+async def test_a_response_format_schema_is_inside_the_budget(aiohttp_client: ClientFactory,
+                                                             upstream: UpstreamServer) -> None:
+    client = await make(aiohttp_client, settings_for(upstream))  # window 4000: room 3600
+    msgs = long_session(3)
+    plain = await client.post(CHAT, json={"model": "test-1", "messages": msgs},
+                              headers={"X-Session-ID": "plain"})
+    assert plain.status == 200 and plain.headers["X-Ctxwarden-Evicted"] == "0"
+    base = int(plain.headers["X-Ctxwarden-Tokens-In"])
+    assert 3000 < base < 3600
+    resp = await client.post(CHAT, json={"model": "test-1", "messages": msgs,
+                                         "response_format": SCHEMA},
+                             headers={"X-Session-ID": "schema"})
+    assert resp.status == 200, await resp.text()
+    schema_tokens = n(js(SCHEMA)) + 12
+    assert schema_tokens > 500
+    assert int(resp.headers["X-Ctxwarden-Tokens-In"]) == base + schema_tokens
+    assert int(resp.headers["X-Ctxwarden-Evicted"]) > 0  # it no longer fitted: evicted
+    assert int(resp.headers["X-Ctxwarden-Tokens-Out"]) <= 3600
+    assert upstream.history[-1].body["response_format"] == SCHEMA
+
+
+FUNCTIONS = [{"name": "lookup", "description": "Look a booking up by its reference.",
+              "parameters": {"type": "object", "properties": {"ref": {"type": "string"}}}}]
+
+
+async def test_legacy_functions_and_function_call_count_their_json(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    client = await make(aiohttp_client, settings_for(upstream))
+    call = {"name": "lookup", "arguments": js({"ref": "ABC123", "notes": filler(300, "n")})}
+    msgs = [user("Find booking ABC123."),
+            {"role": "assistant", "content": None, "function_call": call},
+            {"role": "function", "name": "lookup", "content": "booked, seat 14C"},
+            user("Which seat?")]
+    resp = await client.post(CHAT, json={"model": "test-1", "messages": msgs,
+                                         "functions": FUNCTIONS, "function_call": "auto"})
+    assert resp.status == 200, await resp.text()
+    expected = (3 + 4 * 4 + n("Find booking ABC123.") + 3 + n(js(call))
+                + n("lookup") + 1 + n("booked, seat 14C") + n("Which seat?")
+                + n(js(FUNCTIONS)) + 12)
+    assert int(resp.headers["X-Ctxwarden-Tokens-In"]) == expected
+    assert n(js(call)) > 900  # it used to cost the message's 4 tokens of framing
+    sent = upstream.history[-1].body
+    assert sent["messages"] == msgs and sent["functions"] == FUNCTIONS
+
+
+async def test_open_model_families_scale_o200k(aiohttp_client: ClientFactory,
+                                               upstream: UpstreamServer) -> None:
+    text = filler(200, "q") + " What now?"
+    for model, factor in (("hosted_vllm/meta-llama/Llama-3.1-8B-Instruct", 1.10),
+                          ("hosted_vllm/mistralai/Mistral-7B-Instruct-v0.2", 1.35),
+                          ("hosted_vllm/my-finetune", 1.0)):
+        settings = one_route(upstream.url, name="v", model="v-*",
+                             upstream={"model": model, "api_base": upstream.url})
+        client = await make(aiohttp_client, settings)
+        resp = await client.post(CHAT, json={"model": "v-1", "messages": [user(text)]})
+        assert resp.status == 200, await resp.text()
+        assert int(resp.headers["X-Ctxwarden-Tokens-In"]) == 3 + 4 + math.ceil(
+            n(text) * factor), model
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "search_flights", "description": filler(40, "t"),
+    "parameters": {"type": "object", "properties": {"origin": {"type": "string"}}}}}]
+
+
+async def test_claude_tools_cost_anthropic_tool_prompt(aiohttp_client: ClientFactory,
+                                                       upstream: UpstreamServer) -> None:
+    settings = one_route(upstream.url, name="c", model="c-*", context_window=1000,
+                         upstream={"model": "anthropic/claude-sonnet-4-20250514",
+                                   "api_base": upstream.url, "api_key": "sk-x"})
+    client = await make(aiohttp_client, settings)
+    text = filler(400, "p")
+    resp = await client.post(CHAT, json={"model": "c-1", "tools": TOOLS,
+                                         "messages": [user(text)]})
+    tools = math.ceil(n(js(TOOLS)) * 1.3) + 12 + 346
+    must_stay = 3 + 4 + math.ceil(n(text) * 1.3)
+    budget = 1000 - 200 - tools - 50
+    assert resp.status == 400
+    assert await resp.json() == {"error": {
+        "message": "This request cannot fit the context window of route 'c': what must stay "
+                   "(system and developer messages, the first user message, the latest turn) "
+                   f"is {must_stay} tokens, and {must_stay} after evicting everything "
+                   f"evictable, but only {budget} fit (window 1000 - reserved output 200 - "
+                   f"tools {tools} - safety margin and recall budget). Shorten the latest "
+                   "message or the system prompt, lower max_tokens, or use a route with a "
+                   "larger window.",
+        "type": "invalid_request_error", "code": "context_length_exceeded",
+        "param": "messages"}}
+    assert upstream.history == []
