@@ -76,10 +76,24 @@ def text_of(msg: dict[str, Any]) -> str:
         parts = [str(p.get("text", "")) for p in content if isinstance(p, dict)]
     else:
         parts = []
-    for call in msg.get("tool_calls") or ():
-        fn = call.get("function") or {}
-        parts.append(f"{fn.get('name', '')}({fn.get('arguments', '')})")
+    calls = [*(msg.get("tool_calls") or ()), *([msg["function_call"]] if isinstance(
+        msg.get("function_call"), dict) else ())]
+    for call in calls:
+        name, args = call_of(call)
+        parts.append(f"{name}({args})")
     return "\n".join(p for p in parts if p)
+
+
+def call_of(call: Any) -> tuple[str, str]:
+    """(name, arguments) of a function call, a custom tool call (its free-form `input`) or
+    a legacy `function_call` (already the inner object)."""
+    if not isinstance(call, dict):
+        return "", ""
+    inner = call.get("custom") if call.get("type") == "custom" else call.get("function", call)
+    if not isinstance(inner, dict):
+        return "", ""
+    args = inner.get("input") if call.get("type") == "custom" else inner.get("arguments")
+    return str(inner.get("name", "")), str(args if args is not None else "")
 
 
 @dataclass(frozen=True, slots=True)

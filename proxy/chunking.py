@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.base import Chunk, ChunkClass
-from proxy.analysis import MessageAnalyzer, MsgInfo
+from proxy.analysis import MessageAnalyzer, MsgInfo, call_of
 from proxy.config import ClassificationSettings
 
 P, S, T, E = (ChunkClass.PERMANENT, ChunkClass.STRUCTURAL, ChunkClass.TRANSIENT,
@@ -74,9 +74,8 @@ class Chunker:
                 if calls:
                     groups[i] = []
                     part.group = i
-                    for c in calls:
-                        fn = c.get("function") or {}
-                        call_owner[str(c.get("id"))] = (i, str(fn.get("name", "")))
+                    for c in calls:  # function and custom tool calls alike
+                        call_owner[str(c.get("id"))] = (i, call_of(c)[0])
                 turn += 1
             elif role == "tool":
                 owner = call_owner.get(str(msg.get("tool_call_id")))
@@ -204,8 +203,8 @@ def _superseded(messages: Sequence[dict[str, Any]], conv: Conversation) -> set[i
             call = calls.get(str(messages[j].get("tool_call_id")))
             if call is None:
                 continue
-            fn = call.get("function") or {}
-            sig = f"{fn.get('name')}\0{fn.get('arguments')}"
+            name, args = call_of(call)
+            sig = f"{name}\0{args}"
             prev = last_seen.get(sig)
             if prev is not None:
                 out.add(prev)

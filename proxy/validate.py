@@ -48,8 +48,11 @@ def validate_body(body: Any) -> None:
             if body[key] < 1:
                 raise _bad(f"Invalid '{key}': integer below minimum value. Expected a value >= 1, "
                            f"but got {body[key]} instead.", key, "integer_below_min_value")
-    if "tools" in body and body["tools"] is not None:
-        _type(body["tools"], list, "tools", "an array")
+    for key in ("tools", "functions"):
+        if key in body and body[key] is not None:
+            _type(body[key], list, key, "an array")
+    if body.get("response_format") is not None:
+        _type(body["response_format"], dict, "response_format", "an object")
     validate_messages(body["messages"])
 
 
@@ -72,6 +75,10 @@ def validate_messages(messages: list[Any]) -> None:
         if role != "assistant" and m.get("tool_calls"):  # chunking reads them as calls
             raise _bad(f"Invalid parameter: '{where}.tool_calls' is only allowed on messages "
                        "with role 'assistant'.", f"{where}.tool_calls")
+        fc = m.get("function_call")  # legacy: an assistant's one call, answered by 'function'
+        if fc is not None and (not isinstance(fc, dict) or not isinstance(fc.get("name"), str)):
+            raise _bad(f"Missing required parameter: '{where}.function_call.name'.",
+                       f"{where}.function_call", "missing_required_parameter")
         if role == "tool":
             tcid = m.get("tool_call_id")
             if not isinstance(tcid, str) or tcid not in pending:
@@ -89,13 +96,14 @@ def validate_messages(messages: list[Any]) -> None:
                 cw = f"{where}.tool_calls[{k}]"
                 _type(call, dict, cw, "an object")
                 cid = call.get("id")
-                fn = call.get("function")
+                kind = "custom" if call.get("type") == "custom" else "function"
+                fn = call.get(kind)  # {"name", "arguments"} or a custom call's {"name", "input"}
                 if not isinstance(cid, str) or not cid:
                     raise _bad(f"Missing required parameter: '{cw}.id'.", f"{cw}.id",
                                "missing_required_parameter")
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                    raise _bad(f"Missing required parameter: '{cw}.function.name'.",
-                               f"{cw}.function", "missing_required_parameter")
+                    raise _bad(f"Missing required parameter: '{cw}.{kind}.name'.",
+                               f"{cw}.{kind}", "missing_required_parameter")
                 if cid in seen_ids:
                     raise _bad(f"Duplicate tool call id {cid!r} in '{cw}.id'.", f"{cw}.id",
                                "duplicate_tool_call_id")
@@ -118,6 +126,29 @@ def _parts(content: list[Any], where: str) -> None:
         if part["type"] == "text" and not isinstance(part.get("text"), str):
             raise _bad(f"Invalid type for '{pw}.text': expected a string.", f"{pw}.text",
                        "invalid_type")
+        kind = part["type"]
+        if kind in _MEDIA:
+            _media(part.get(kind), kind, f"{pw}.{kind}")
+
+
+_MEDIA = {"image_url": "url", "input_audio": "data", "file": None}
+
+
+def _media(spec: Any, kind: str, param: str) -> None:
+    """An image needs its `url`, audio its `data` and a wav/mp3 `format`, a file an object
+    (`file_data` or `file_id`): what the media's tokens are counted from."""
+    if not isinstance(spec, dict):
+        raise _bad(f"Missing required parameter: '{param}'.", param, "missing_required_parameter")
+    key = _MEDIA[kind]
+    if key is not None and not isinstance(spec.get(key), str):
+        raise _bad(f"Missing required parameter: '{param}.{key}'.", f"{param}.{key}",
+                   "missing_required_parameter")
+    if kind == "input_audio" and spec.get("format") not in ("wav", "mp3"):
+        raise _bad(f"Invalid value for '{param}.format': {spec.get('format')!r}. Supported "
+                   "values are: 'wav' and 'mp3'.", f"{param}.format")
+    if kind == "file" and not isinstance(spec.get("file_data") or spec.get("file_id"), str):
+        raise _bad(f"Missing required parameter: '{param}.file_data' or '{param}.file_id'.",
+                   f"{param}.file_data", "missing_required_parameter")
 
 
 def _unanswered(pending: dict[str, int], at: int) -> InvalidRequest:

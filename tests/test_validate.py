@@ -115,3 +115,54 @@ def test_duplicate_id_within_one_message_and_double_answer() -> None:
         {"role": "tool", "tool_call_id": "a", "content": "again"},
     ]})
     assert err["param"] == "messages[3].role"
+
+
+def test_custom_tool_calls_and_legacy_function_calls_pass() -> None:
+    validate_body({"model": "m", "functions": [{"name": "f"}], "response_format": {
+        "type": "json_object"}, "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "tool_calls": [
+            {"id": "a", "type": "custom", "custom": {"name": "patch", "input": "*** x"}}]},
+        {"role": "tool", "tool_call_id": "a", "content": "1"},
+        {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": ""}},
+        {"role": "function", "name": "f", "content": "2"},
+    ]})
+
+
+def _user(*parts: dict[str, Any]) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": list(parts)}]}
+
+
+@pytest.mark.parametrize(
+    ("body", "message", "code", "param"),
+    [
+        (_user({"type": "image_url", "image_url": None}),
+         "Missing required parameter: 'messages[0].content[0].image_url'.",
+         "missing_required_parameter", "messages[0].content[0].image_url"),
+        (_user({"type": "image_url", "image_url": {"detail": "low"}}),
+         "Missing required parameter: 'messages[0].content[0].image_url.url'.",
+         "missing_required_parameter", "messages[0].content[0].image_url.url"),
+        (_user({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "ogg"}}),
+         "Invalid value for 'messages[0].content[0].input_audio.format': 'ogg'. Supported "
+         "values are: 'wav' and 'mp3'.", "invalid_value",
+         "messages[0].content[0].input_audio.format"),
+        (_user({"type": "file", "file": {"filename": "a.pdf"}}),
+         "Missing required parameter: 'messages[0].content[0].file.file_data' or "
+         "'messages[0].content[0].file.file_id'.", "missing_required_parameter",
+         "messages[0].content[0].file.file_data"),
+        ({"model": "m", "messages": [{"role": "user", "content": "x"}],
+          "response_format": "json"},
+         "Invalid type for 'response_format': expected an object.", "invalid_type",
+         "response_format"),
+        ({"model": "m", "messages": [{"role": "user", "content": "x"}], "functions": {}},
+         "Invalid type for 'functions': expected an array.", "invalid_type", "functions"),
+        ({"model": "m", "messages": [{"role": "user", "content": "x"},
+                                     {"role": "assistant", "function_call": "f"}]},
+         "Missing required parameter: 'messages[1].function_call.name'.",
+         "missing_required_parameter", "messages[1].function_call"),
+    ],
+)
+def test_media_parts_and_legacy_fields(body: dict[str, Any], message: str, code: str,
+                                       param: str) -> None:
+    assert check(body) == {"message": message, "type": "invalid_request_error", "code": code,
+                           "param": param}
