@@ -46,25 +46,43 @@ def rare_tokens(text: str) -> frozenset[str]:
     return frozenset(out)
 
 
-_ERROR_HEAD = ("error", "exception", "traceback", "fatal", "failed", "failure")
-_ERROR_TEXT = ("traceback (most recent call last)", "command not found",
-               "no such file or directory", "permission denied")
+_ERROR_HEAD = ("error", "errors", "exception", "traceback", "fatal", "failed", "failure",
+               "failures")
+# A report that opens with an error word but counts zero of everything on that line
+# ("Failed tests: 0", "Errors: 0, failures: 0", "failures = 0") is a success.
+_COUNT = re.compile(r"[:=]\s*(\d+(?:[.,]\d+)?)")
+_ERROR_TEXT = ("traceback (most recent call last)",)
+# What a failing command prints on stderr ("bash: x.sh: Permission denied"): it counts on
+# the output's first or last line, at its end (or anywhere in a short output), not inside
+# a file, log or search result that a successful call printed.
+_ERROR_LINE = ("command not found", "no such file or directory", "permission denied")
 _ERROR_REST = re.compile(r"\"error\"\s*:\s*[\"{]|\bexit (?:code|status):? ?[1-9]")
 
 
 def looks_failed(text: str) -> bool:
     """A failed tool call's output: it starts with error/exception/traceback/fatal/failed/
-    failure, or its first 2 KB hold a traceback header, "command not found", "No such file
-    or directory", "Permission denied", an `"error": {` / `"error": "` field or a non-zero
-    exit code; case-insensitive. Substring checks on the lower-cased head: the one regex
+    failure (unless that first line counts zero of them), its first 2 KB hold a traceback
+    header, an `"error": {` / `"error": "` field or a non-zero exit code, or its first or
+    last line ends with "command not found", "No such file or directory" or "Permission
+    denied" (anywhere in an output of three lines or less); case-insensitive. Substring checks on the lower-cased head: the one regex
     alternation with IGNORECASE it replaces cost ~0.3 ms per tool result."""
     head = text[:2000].lower()
     first = head.lstrip()
     for word in _ERROR_HEAD:
-        if first.startswith(word) and not first[len(word):len(word) + 1].isalnum() and (
-                first[len(word):len(word) + 1] != "_"):
+        nxt = first[len(word):len(word) + 1]
+        if first.startswith(word) and not nxt.isalnum() and nxt != "_":
+            counts = _COUNT.findall(first.split("\n", 1)[0])
+            if not counts or any(float(c.replace(",", ".")) for c in counts):
+                return True
+            break
+    if any(t in head for t in _ERROR_TEXT) or _ERROR_REST.search(head) is not None:
+        return True
+    short = len(text) <= 300 and text.count("\n") < 3
+    for line in (first.split("\n", 1)[0], text[-300:].rstrip().rsplit("\n", 1)[-1].lower()):
+        end = line.rstrip(" .!")
+        if any(t in line and (short or end.endswith(t)) for t in _ERROR_LINE):
             return True
-    return any(t in head for t in _ERROR_TEXT) or _ERROR_REST.search(head) is not None
+    return False
 
 
 def text_of(msg: dict[str, Any]) -> str:

@@ -120,3 +120,45 @@ def test_references_continue_from_the_last_request_as_if_walked_whole() -> None:
             full = chunker.split(h[:end])
             assert [(p.chunk.refs, p.chunk.klass) for p in inc.parts] == [
                 (p.chunk.refs, p.chunk.klass) for p in full.parts]
+
+
+SUCCESSES = [
+    "Failed tests: 0\nPassed: 212\nSkipped: 3",
+    "Errors: 0, failures: 0 (ran 48 tests in 3.1s)",
+    "Dec 01 sshd[881]: Permission denied (publickey) for root from 10.0.0.7\n"
+    "Dec 01 sshd[882]: Accepted publickey for deploy from 10.0.0.8\nDec 01 cron: job ok",
+    "grep -rn 'No such file or directory' src/\nsrc/io.py:41: msg = 'No such file or "
+    "directory'\nsrc/io.py:88: raise IOError(msg)",
+]
+FAILURES = ["Failed tests: 3\nPassed: 209", "Error: rate limited"]
+LAST_LINE = ["bash: deploy.sh: Permission denied", "cat: notes.md: No such file or directory"]
+
+
+async def test_successful_outputs_that_mention_failure_are_not_ephemeral(
+        aiohttp_client: Any, upstream: Any) -> None:
+    """Through the app: an evicted tool result's class is in its eviction event."""
+    from store.base import MemoryStore
+    from tests.support.app import CHAT, make, settings_for
+    from tests.support.messages import filler
+
+    store = MemoryStore()
+    client = await make(aiohttp_client, settings_for(upstream), store)
+    want: dict[str, str] = {}
+    outputs = []
+    for i, text in enumerate(SUCCESSES + FAILURES + LAST_LINE):
+        pad = "\n".join(filler(10, f"o{i}l{j}") for j in range(12))  # large enough to stub
+        out = pad + "\n" + text if text in LAST_LINE else text + "\n" + pad
+        want[" ".join(out.split())[:24]] = "TRANSIENT" if text in SUCCESSES else "EPHEMERAL"
+        outputs.append(out)
+    outputs += [filler(300, f"pad{i}") for i in range(12)]  # newer: the others go first
+    msgs: list[dict[str, Any]] = [user("Run the checks.")]
+    for i, out in enumerate(outputs):
+        msgs += [assistant(None, call(f"c{i}", "shell", f'{{"cmd": "step {i}"}}')),
+                 tool(f"c{i}", out),
+                 assistant(f"Step {i} done."), user(f"Go on with step {i + 1}.")]
+    resp = await client.post(CHAT, json={"model": "test-1", "messages": msgs},
+                             headers={"X-Session-ID": "checks"})
+    assert resp.status == 200
+    events = await store.events("default", "checks")
+    got = {e.preview[:24]: e.klass for e in events if e.action == "evict"}
+    assert {k: got.get(k) for k in want} == want
