@@ -6,7 +6,9 @@ Modes (`auth.mode`):
 - `proxy_keys`: clients send one of `auth.keys` as `Authorization: Bearer …`; the upstream
   key comes from the route (or its `api_key_env`). Tenant = a hash of the proxy key.
 - `passthrough`: the client's bearer key is sent upstream in place of the route's key; the
-  proxy cannot check it (the provider does). Tenant = a hash of that key.
+  proxy cannot check it (the provider does). Tenant = a hash of that key. Until the
+  provider has accepted a key once (remembered per process, `PROVEN_MAX` keys), a turn's
+  store writes wait for the provider's answer: a bogus key writes nothing.
 
 `/admin/*` and `/ui*` need one of `auth.admin_keys` (Bearer, or as the password of HTTP
 Basic so a browser can open `/ui`). With no admin key configured they stay open in mode
@@ -23,6 +25,7 @@ import base64
 import binascii
 import hashlib
 import os
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -32,6 +35,7 @@ from proxy.config import AuthSettings, ConfigError
 from proxy.errors import AuthenticationFailed, PermissionDenied
 
 DEFAULT_TENANT = "default"
+PROVEN_MAX = 100_000
 PUBLIC = frozenset({"/healthz", "/metrics"})
 _BEARER = {"WWW-Authenticate": 'Bearer realm="ctxwarden"'}
 _BASIC = {"WWW-Authenticate": 'Basic realm="ctxwarden admin", charset="UTF-8"'}
@@ -97,9 +101,20 @@ class Guard:
                               "keys", env)
         self._admins = _keys([k.get_secret_value() for k in settings.admin_keys],
                              settings.admin_keys_env, "admin_keys", env)
+        self._proven: OrderedDict[str, None] = OrderedDict()  # passthrough tenants
         if self.mode == "proxy_keys" and not self._clients:
             raise ConfigError("auth.keys: mode proxy_keys needs at least one key "
                               "(auth.keys or auth.keys_env)")
+
+    def proven(self, tenant: str) -> bool:
+        """Passthrough: has the provider accepted this tenant's key since start-up?"""
+        return tenant in self._proven
+
+    def prove(self, tenant: str) -> None:
+        self._proven[tenant] = None
+        self._proven.move_to_end(tenant)
+        while len(self._proven) > PROVEN_MAX:
+            self._proven.popitem(last=False)
 
     def caller(self, request: web.Request) -> Caller:
         path = request.path

@@ -43,6 +43,7 @@ class Fit:
 
 RESTORE_ROOM = 0.10  # of the budget free below the watermark before anything is restored
 RESTORE_REASON = "room returned: restored, most valuable first, below the watermark"
+FITS_REASON = "the whole request fits the budget: earlier evictions do not apply"
 
 
 CUT_MARKER = ("[ctxwarden: {cut} tokens cut from the middle of this {what} to fit the "
@@ -92,6 +93,14 @@ class Fitter:
         fit = Fit(evicted=evicted)
         fit.permanent_tokens = REPLY_PRIMING + sum(
             p.chunk.tokens for p in parts if p.chunk.klass is ChunkClass.PERMANENT)
+        if evicted and REPLY_PRIMING + sum(p.chunk.tokens for p in parts) <= budget:
+            # Sticky decisions keep the prefix stable while a conversation is over budget;
+            # they never shrink a request that fits whole (the client trimmed its history,
+            # or another conversation opened the same way): only a forced eviction stays.
+            masked = {m.chunk.id for m in policy.forced([p.chunk for p in parts], ctx)}
+            fit.restored = [Decision(p, 0.0, FITS_REASON) for p in parts
+                            if p.chunk.id in evicted and p.chunk.id not in masked]
+            evicted -= {d.part.chunk.id for d in fit.restored}
         by_id = {p.chunk.id: p for p in parts}
         total = self.cost(conv, evicted)
         forced = policy.forced([p.chunk for p in parts if p.chunk.id not in evicted], ctx)

@@ -11,11 +11,13 @@ import structlog
 from aiohttp import web
 
 from proxy import metrics
-from proxy.auth import tenant_of, upstream_key_of
+from proxy.auth import AUTH, tenant_of, upstream_key_of
 from proxy.errors import InvalidRequest, PayloadTooLarge, RouteNotFound
 from proxy.keys import PIPELINE, SETTINGS, STORE, UPSTREAM
-from proxy.session import session_id
+from proxy.pipeline import Prepared
+from proxy.session import session_key
 from proxy.validate import validate_body
+from store.errors import StoreUnavailable
 
 log = structlog.get_logger("ctxwarden")
 
@@ -49,22 +51,31 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         raise RouteNotFound(f"The model '{body['model']}' does not exist or no route matches it "
                             f"(routes: {names}).", param="model")
     tenant = tenant_of(request)
-    session = session_id(request.headers.get("X-Session-ID"), tenant, body["messages"])
-    structlog.contextvars.bind_contextvars(session=session, route=route.name)
-    prepared = await request.app[PIPELINE].prepare(body, route, tenant, session)
+    key = session_key(request.headers.get("X-Session-ID"), tenant, body)
+    structlog.contextvars.bind_contextvars(session=key.id, route=route.name)
+    # passthrough: until the provider has accepted this caller's key once, the turn's
+    # writes wait for its answer, so a bogus key fills no store
+    api_key = upstream_key_of(request)
+    guard = request.app.get(AUTH)
+    unproven = api_key is not None and guard is not None and not guard.proven(tenant)
+    prepared = await request.app[PIPELINE].prepare(body, route, tenant, key, defer=unproven)
     upstream = request.app[UPSTREAM]
     fields: dict[str, Any] = {**prepared.log_fields(), "stream": bool(body.get("stream")),
                               "overhead_ms": round((time.perf_counter() - started) * 1000, 2)}
     metrics.observe(request, prepared, fields["overhead_ms"])
     if not body.get("stream"):
-        reply = await upstream.complete(route, prepared.body, upstream_key_of(request))
+        reply = await upstream.complete(route, prepared.body, api_key)
+        if unproven:
+            await _accepted(request, prepared)
         if reply.usage:
             fields["usage_prompt"] = reply.usage.get("prompt_tokens")
             fields["usage_completion"] = reply.usage.get("completion_tokens")
         log.info("request", status=reply.status, latency_ms=_ms(started), **fields)
         return web.Response(body=reply.body, status=reply.status, headers=prepared.headers(),
                             content_type="application/json")
-    stream = await upstream.open_stream(route, prepared.body, upstream_key_of(request))
+    stream = await upstream.open_stream(route, prepared.body, api_key)
+    if unproven:
+        await _accepted(request, prepared)
     resp = web.StreamResponse(headers={**prepared.headers(), "Cache-Control": "no-cache",
                                        "Content-Type": "text/event-stream"})
     outcome = "complete"
@@ -79,6 +90,18 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         await stream.aclose()  # type: ignore[attr-defined]
         log.info("request", status=200, outcome=outcome, latency_ms=_ms(started), **fields)
     return resp
+
+
+async def _accepted(request: web.Request, prepared: Prepared) -> None:
+    """The provider took the caller's key: remember it, and write what the turn deferred.
+    If that write fails, the reply still goes out (the provider has answered): the
+    session's state did not take the turn's evictions, so the next turn makes them again,
+    and the client still holds every message."""
+    request.app[AUTH].prove(prepared.tenant)  # `unproven` implies the app has a Guard
+    try:
+        await prepared.commit()
+    except StoreUnavailable as exc:
+        log.warning("deferred_write_failed", error=str(exc), events=len(prepared.events))
 
 
 def _ms(started: float) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,10 +35,11 @@ from proxy.recall import (
     select,
 )
 from proxy.relate import Relater, Relevance
-from proxy.session import Sessions, SessionState
+from proxy.session import SessionKey, Sessions, SessionState
 from proxy.tokens import REPLY_PRIMING, TokenCounter, encoding_for
 from proxy.turnlog import TurnLog, summary
 from store.base import Event, EvictedChunk, RecallQuery, Store
+from store.errors import StoreUnavailable
 from store.relevance import Hit, Vectors
 
 log = structlog.get_logger("ctxwarden")
@@ -58,6 +60,15 @@ class Prepared:
     recalled: int
     prefix_ratio: float
     events: list[Event] = field(default_factory=list)
+    # The store write and the session's new decisions, when `prepare(defer=True)` left
+    # them for the caller to run once the upstream has accepted the request.
+    pending: Callable[[], Awaitable[None]] | None = None
+
+    async def commit(self) -> None:
+        """Run what `prepare(defer=True)` deferred (a no-op otherwise, or the second time)."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            await pending()
 
     def headers(self) -> dict[str, str]:
         """What the client sees of the decisions (README: response headers)."""
@@ -132,13 +143,20 @@ class Pipeline:
         await self.relater.close()
 
     async def prepare(self, body: dict[str, Any], route: RouteSettings, tenant: str,
-                      session: str) -> Prepared:
+                      session: str | SessionKey, *, defer: bool = False) -> Prepared:
+        """The body to forward. With `defer`, nothing is written and the session's state is
+        left as it was until `Prepared.commit()`: for a caller whose upstream key nobody
+        has accepted yet (auth passthrough), so a bogus key writes nothing."""
+        key = session if isinstance(session, SessionKey) else SessionKey(session)
         rt = self.runtimes[route.name]
-        state = self.sessions.get(tenant, session)
+        sid, state = self.sessions.resolve(tenant, key)
         async with state.lock:
             if not state.loaded:
-                await self._load(state, tenant, session)
-            return await self._prepare(rt, body, tenant, session, state)
+                await self._load(state, tenant, sid)
+            prepared = await self._prepare(rt, body, tenant, sid, state)
+            if not defer:
+                await prepared.commit()
+            return prepared
 
     async def _load(self, state: SessionState, tenant: str, session: str) -> None:
         """First sight of a session in this process: its sticky evictions, and the text of
@@ -186,7 +204,10 @@ class Pipeline:
         # recall: evicted passages the step clearly asks about, within the room left;
         # blocks from earlier turns stay on their messages while nothing else changes
         await self.relater.finish(rel, state.index, state.vectors)
-        asked_now = bool(conv.parts) and conv.parts[-1].role == "user"
+        # the user asks now: the latest user message or tool result is a user message (a
+        # trailing system reminder or assistant prefill does not change that)
+        asked_now = next((p.role == "user" for p in reversed(conv.parts)
+                          if p.role in ("user", "tool")), False)
         kept = [] if asked_now else _carried(state.blocks, conv, fit, room)
         fit, recall = self._recall(rt, conv, fit, rel, state, room, target, ctx, kept,
                                    asked_now)
@@ -198,30 +219,51 @@ class Pipeline:
         out = rt.fitter.assemble(conv, messages, fit.evicted, fit.cuts)
         out = place(out, [p.chunk.id for p, c in zip(conv.parts, costs, strict=True) if c],
                     recall.blocks)
-        # offload and log: one durable append before anything evicted leaves the request
-        events = await self._record(rt, conv, fit, recall, tenant, session)
-        state.evicted |= {d.part.chunk.id for d in fit.new}
-        state.evicted -= {d.part.chunk.id for d in fit.restored}
-        for r in recall.passages:
-            state.recall_refs.setdefault(r.hit.chunk_id, []).append(conv.turn)
+        # offload and log (`commit`): one durable append before anything evicted leaves
+        chunks, events = self._record(rt, conv, fit, recall, tenant, session)
         prompt = _fingerprints(conv, costs, fit, recall.blocks)
         ratio = _prefix_ratio(state.last_prompt, prompt)
         state.last_prompt = prompt
         tokens_out = fit.tokens + recall.tokens + tools_tokens
         recalled = [e for e in events if e.action == "recall"]
-        self.turns.submit(summary(
+        row = summary(
             conv, fit, costs, recalled, tenant=tenant, session=session,
             policy=rt.route.policy, window=rt.window, budget=room,
             recall_budget=int(room * rt.route.recall.budget_fraction), tools=tools_tokens,
             tokens_in=tokens_in, tokens_out=tokens_out, recall_tokens=recall.tokens,
-            query=recall.query))
+            query=recall.query)
+
+        async def commit() -> None:
+            await self._write(chunks, events)
+            state.evicted |= {d.part.chunk.id for d in fit.new}
+            state.evicted -= {d.part.chunk.id for d in fit.restored}
+            for r in recall.passages:
+                state.recall_refs.setdefault(r.hit.chunk_id, []).append(conv.turn)
+            self.turns.submit(row)
+
         return Prepared(
             body={**body, "messages": out}, route=rt.route, tenant=tenant, session=session,
             turn=conv.turn, tokens_in=tokens_in, tokens_out=tokens_out, budget=room,
             evicted=len(fit.evicted), new_evictions=len(fit.new),
             recalled=sum(len(b.passages) for b in recall.blocks), prefix_ratio=ratio,
-            events=events,
+            events=events, pending=commit,
         )
+
+    async def _write(self, chunks: list[EvictedChunk], events: list[Event]) -> None:
+        """One durable append. When it fails with chunks in it, nothing was dropped: the
+        StoreUnavailable reaches the client as a 503. A write of events alone (a recall or
+        a restore: nothing leaves the request) does not fail the request: the decisions
+        go to the log line `events_unrecorded` and the write is retried in the background."""
+        if not (chunks or events):
+            return
+        try:
+            await self.store.record(chunks, events)
+        except StoreUnavailable as exc:
+            if chunks:
+                raise
+            log.warning("events_unrecorded", error=str(exc), retry=True,
+                        events=[f"{e.action} {e.chunk_id}: {e.reason}" for e in events])
+            self.turns.retry(events)
 
     def _recall(self, rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevance,
                 state: SessionState, room: int, target: int, ctx: PolicyContext,
@@ -300,10 +342,10 @@ class Pipeline:
         return RecallResult(blocks=[*result.blocks, block], tokens=result.tokens + block.tokens,
                             passages=list(block.passages), query=result.query)
 
-    async def _record(self, rt: RouteRuntime, conv: Conversation, fit: Fit,
-                      recall: RecallResult, tenant: str, session: str) -> list[Event]:
-        """Evicted and cut chunks with their events, and recall events: one durable store
-        call. A StoreUnavailable here means nothing was dropped (the caller answers 503)."""
+    def _record(self, rt: RouteRuntime, conv: Conversation, fit: Fit, recall: RecallResult,
+                tenant: str, session: str) -> tuple[list[EvictedChunk], list[Event]]:
+        """Evicted and cut chunks with their events, restore and recall events: what this
+        turn writes, in one durable store call (`_write`)."""
         policy = rt.route.policy
         gone = [(d.part, d.score, "evict", d.reason) for d in fit.new]
         gone += [(p, 0.0, "cut", f"tool output over the window: head and tail kept, "
@@ -319,9 +361,7 @@ class Pipeline:
                          d.part.chunk.tokens, round(d.score, 6), "restore", d.reason, policy,
                          preview=_preview(d.part.info.text)) for d in fit.restored]
         events += recall.events(tenant, session, conv.turn, policy)
-        if chunks or events:
-            await self.store.record(chunks, events)
-        return events
+        return chunks, events
 
 
 def _preview(text: str, width: int = 100) -> str:

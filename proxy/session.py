@@ -1,10 +1,23 @@
 """Sessions: who a conversation is, and the decisions that must stay sticky for it.
 
-A session is the `X-Session-ID` header, else a stable hash of (tenant, system prompt, first
-user message): an agent loop resending its history lands in the same session on every
-call, on any replica. Its state (the evicted set, recall references, the lexical index of
-its chunks) is kept in a bounded LRU here and rebuilt after a restart: the evicted set and
-the evicted chunks' text from the store, the rest from the history the client resends.
+Which session a request belongs to, first rule that applies (README: "Sessions"):
+1. the `X-Session-ID` header;
+2. a session the client names in the body: `metadata.session_id`, `metadata.conversation_id`
+   or `metadata.thread_id` (OpenAI's `metadata`; the proxy forwards it untouched);
+3. derived: a hash of the tenant, the body's `user` and the first user message, the
+   conversation's opening. Agent loops resend their whole history, so the opening is on
+   every call. The system prompt is left out on purpose: clients put timestamps, dates and
+   directory listings there, and a prompt that changes per call must not split one
+   conversation into many. Two conversations can open with the same words, so the model's
+   first reply (its text, and its tool calls with their random ids) is the conversation's
+   anchor: the first conversation seen with a reply claims the opening's session, and one
+   that opened the same way but got another reply gets a session of its own,
+   `<opening>-<hash of its reply>` (`Sessions.resolve`). The claim lives in this process:
+   after a restart the first conversation back claims the opening (docs/design-notes.md).
+
+A session's state (the evicted set, recall references, the lexical index of its chunks)
+is kept in a bounded LRU here and rebuilt after a restart: the evicted set and the evicted
+chunks' text from the store, the rest from the history the client resends.
 """
 
 from __future__ import annotations
@@ -23,19 +36,46 @@ from proxy.recall import Block, ChunkMeta
 from store.relevance import RelevanceIndex, Vectors
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+_ALLOWED = "use 1-128 characters from A-Z a-z 0-9 . _ : -"
+METADATA_KEYS = ("session_id", "conversation_id", "thread_id")
 
 
-def session_id(header: str | None, tenant: str, messages: list[dict[str, Any]]) -> str:
+@dataclass(frozen=True, slots=True)
+class SessionKey:
+    id: str
+    anchor: str | None = None  # derived sessions: a hash of the model's first reply
+
+
+def session_key(header: str | None, tenant: str, body: dict[str, Any]) -> SessionKey:
     if header is not None:
         if not _SESSION_ID.match(header):
-            raise InvalidRequest(
-                "Invalid X-Session-ID header: use 1-128 characters from A-Z a-z 0-9 . _ : -",
-                code="invalid_session_id", param="X-Session-ID")
-        return header
-    system = next((text_of(m) for m in messages if m.get("role") in ("system", "developer")), "")
-    first_user = next((text_of(m) for m in messages if m.get("role") == "user"), "")
+            raise InvalidRequest(f"Invalid X-Session-ID header: {_ALLOWED}",
+                                 code="invalid_session_id", param="X-Session-ID")
+        return SessionKey(header)
+    meta = body.get("metadata")
+    if isinstance(meta, dict):
+        for key in METADATA_KEYS:
+            named = meta.get(key)
+            if named is None:
+                continue
+            if not isinstance(named, str) or not _SESSION_ID.match(named):
+                raise InvalidRequest(f"Invalid metadata.{key}: {_ALLOWED}",
+                                     code="invalid_session_id", param=f"metadata.{key}")
+            return SessionKey(named)
+    messages: list[dict[str, Any]] = body["messages"]
+    user = body.get("user")
+    opening = _digest(tenant, user if isinstance(user, str) else "",
+                      next((text_of(m) for m in messages if m.get("role") == "user"), ""))
+    reply = next((m for m in messages if m.get("role") == "assistant"), None)
+    if reply is None:
+        return SessionKey(opening)
+    ids = [str(c.get("id", "")) for c in reply.get("tool_calls") or () if isinstance(c, dict)]
+    return SessionKey(opening, _digest(text_of(reply), *ids)[2:10])
+
+
+def _digest(*pieces: str) -> str:
     h = hashlib.blake2b(digest_size=8)
-    for piece in (tenant, system, first_user):
+    for piece in pieces:
         h.update(piece.encode("utf-8", "surrogatepass"))
         h.update(b"\0")
     return "s-" + h.hexdigest()
@@ -54,6 +94,7 @@ class SessionState:
     prefix: Prefix | None = None  # the previous request, to skip re-analysing its messages
     vectors: Vectors | None = None  # the index's passages that have embeddings already
     blocks: list[Block] = field(default_factory=list)  # recall blocks on their messages
+    anchor: str | None = None  # the reply that claimed a derived session (`resolve`)
 
 
 class Sessions:
@@ -73,6 +114,20 @@ class Sessions:
         else:
             self._states.move_to_end(key)
         return state
+
+    def resolve(self, tenant: str, key: SessionKey) -> tuple[str, SessionState]:
+        """The session id and state for `key`: a derived session's opening is claimed by
+        the first reply seen with it; another reply forks `<opening>-<anchor>`."""
+        state = self.get(tenant, key.id)
+        if key.anchor is None or state.anchor == key.anchor:
+            return key.id, state
+        if state.anchor is None:
+            state.anchor = key.anchor
+            return key.id, state
+        fork = f"{key.id}-{key.anchor}"
+        state = self.get(tenant, fork)
+        state.anchor = key.anchor
+        return fork, state
 
     def __len__(self) -> int:
         return len(self._states)

@@ -72,12 +72,22 @@ class TurnLog:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._queue: list[Turn] = []
+        self._events: list[Event] = []  # decisions whose write failed, tried once more
         self._task: asyncio.Task[None] | None = None
         self.written = 0
         self.failed = 0
 
     def submit(self, row: Turn) -> None:
         self._queue.append(row)
+        self._start()
+
+    def retry(self, events: list[Event]) -> None:
+        """Events (recall, restore) the request path could not write: one more try with
+        the next batch. They are in the `events_unrecorded` log line whatever happens."""
+        self._events.extend(events)
+        self._start()
+
+    def _start(self) -> None:
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="turn-log")
 
@@ -85,8 +95,16 @@ class TurnLog:
         # Linger so a busy agent loop commits a few times a second, not once per request:
         # every LanceDB commit costs CPU the requests on the same two cores need.
         await asyncio.sleep(LINGER_S)
-        while self._queue:
+        while self._queue or self._events:
             batch, self._queue = self._queue, []
+            events, self._events = self._events, []
+            if events:
+                try:
+                    await self.store.log(events)
+                except Exception as exc:  # the request's log line holds them still
+                    log.warning("events_lost", error=type(exc).__name__, events=len(events))
+            if not batch:
+                continue
             try:
                 await self.store.log_turns(batch)
                 self.written += len(batch)

@@ -263,3 +263,35 @@ def test_keys_from_env_and_config_errors(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("CTXWARDEN_AUTH__MODE", "open-sesame")
     with pytest.raises(ConfigError, match="auth.mode: Input should be 'none', 'proxy_keys'"):
         load_settings()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_passthrough_writes_nothing_for_a_key_the_provider_refuses(
+        aiohttp_client: ClientFactory, stream: bool) -> None:
+    upstream = await UpstreamServer(api_key=KEY_A).start()  # the provider checks the key
+    store = MemoryStore()
+    try:
+        route: dict[str, Any] = {"upstream": {"model": "openai/gpt-4o", "api_base": upstream.url}}
+        client = await aiohttp_client(init_app(settings(upstream, {"mode": "passthrough"},
+                                                        **route), store=store))
+        evicting = {"model": "test-1", "messages": long_session(12), "stream": stream}
+        refused = await client.post(CHAT, json=evicting, headers=bearer(KEY_B))
+        assert refused.status == 401
+        assert await store.sessions() == [] and store.chunks == {}  # a bogus key: nothing
+        assert len(upstream.history) == 1  # it did reach the provider, which said no
+        accepted = await client.post(CHAT, json=evicting, headers=bearer(KEY_A))
+        assert accepted.status == 200
+        await accepted.read()
+        assert int(accepted.headers["X-Ctxwarden-Evicted"]) > 0
+        mine = await store.sessions(tenant_for_key(KEY_A))
+        assert len(mine) == 1 and store.chunks  # written once the provider said yes
+        assert await store.sessions(tenant_for_key(KEY_B)) == []
+        # later turns of a proven key are written before they are forwarded, as always
+        upstream.enqueue_error(500)
+        longer = {**evicting, "messages": long_session(14)}
+        failed = await client.post(CHAT, json=longer, headers=bearer(KEY_A))
+        assert failed.status == 502
+        events = await store.events(tenant_for_key(KEY_A), mine[0]["session"])
+        assert {e.turn for e in events if e.action == "evict"} == {24, 28}
+    finally:
+        await upstream.close()

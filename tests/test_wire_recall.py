@@ -14,6 +14,7 @@ from structlog.testing import capture_logs
 
 from proxy.app import init_app
 from proxy.config import Settings
+from proxy.errors import StoreUnavailable
 from proxy.recall import OPEN
 from store.base import MemoryStore
 from tests.support.messages import assistant, call, tool, user
@@ -36,8 +37,20 @@ ASK = "Before I forget: which machine hosts the staging database?"
 class NoSearchStore(MemoryStore):
     """The store as the request path may use it: durable writes, no search, no vectors."""
 
+    down = False  # set: every write fails as a LanceStore's does when its disk fails
+
     async def recall(self, query: Any) -> Any:
         raise AssertionError("recall must not wait on the store")
+
+    async def record(self, chunks: Any, events: Any) -> None:
+        if self.down:
+            raise StoreUnavailable("The store could not make this write durable (test).")
+        await super().record(chunks, events)
+
+    async def log(self, events: Any) -> None:
+        if self.down:
+            raise StoreUnavailable("The store could not make this write durable (test).")
+        await super().log(events)
 
 
 def settings(upstream: UpstreamServer, window: int = 3000, **route: Any) -> Settings:
@@ -88,6 +101,54 @@ async def test_evicted_on_turn_n_is_recalled_on_turn_n_plus_1(
     recalls = [e for e in log["events"] if e["action"] == "recall"]
     assert recalls and recalls[0]["reason"].startswith("lexical match")
     assert "stag" in recalls[0]["reason"] and "databas" in recalls[0]["reason"]
+
+
+async def test_a_recall_whose_event_cannot_be_written_still_answers(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """A turn that evicts nothing new and recalls: its only write is the recall event. The
+    store failing it does not turn the good request into a 503: the decision goes to the
+    log line and is written when the store is back."""
+    store = NoSearchStore()
+    client = await aiohttp_client(init_app(settings(upstream), store=store))
+    history = agent_session(15)  # its last turn evicted down to the watermark: room left
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+    store.down = True
+    with capture_logs() as logs:
+        resp = await post(client, [*history, assistant("Handlers are done."), user(ASK)])
+    assert resp.headers["X-Ctxwarden-Recalled"] != "0"
+    assert ANSWER in upstream.history[-1].body["messages"][-1]["content"]
+    line = next(e for e in logs if e["event"] == "events_unrecorded")
+    assert line["retry"] is True and line["events"][0].startswith("recall ")
+    assert not [e for e in await store.events("default", "s-1") if e.action == "recall"]
+    store.down = False
+    for _ in range(50):  # the retry rides the turn log's next batch (0.25 s linger)
+        recalls = [e for e in await store.events("default", "s-1") if e.action == "recall"]
+        if recalls:
+            break
+        await asyncio.sleep(0.05)
+    assert recalls and recalls[0].reason.startswith("lexical match")
+
+
+async def test_the_recall_block_goes_only_into_a_user_message_or_a_tool_result(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """A trailing system reminder or an assistant prefill never carries recalled text:
+    system authority for tool output, or words put in the model's mouth."""
+    client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
+    history = agent_session(16)
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+    asked = [*history, assistant("Handlers are done."), user(ASK)]
+    for tail in ({"role": "system", "content": "Reminder: answer in one line."},
+                 {"role": "developer", "content": "Reminder: cite the file."},
+                 {"role": "assistant", "content": "The staging database is on"}):
+        resp = await post(client, [*asked, tail])
+        assert resp.headers["X-Ctxwarden-Recalled"] != "0"
+        sent = upstream.history[-1].body["messages"]
+        assert sent[-1] == tail  # untouched
+        hosts = [m["role"] for m in sent if OPEN in str(m.get("content"))]
+        assert hosts == ["user"] and sent[-2]["content"].startswith(ASK)
+        assert ANSWER in sent[-2]["content"]
 
 
 async def test_a_step_that_asks_nothing_recalls_nothing(

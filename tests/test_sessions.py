@@ -1,0 +1,148 @@
+"""Which session a request lands in (proxy/session.py), over HTTP through the real app.
+
+Two conversations that open the same way never share a session once the model has replied
+differently; a system prompt that changes on every call does not split one; a session the
+client names wins; and sticky evictions never shrink a request that fits whole.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from store.base import MemoryStore
+from tests.support.app import CHAT, STUB, ClientFactory, make, settings_for
+from tests.support.messages import assistant, call, filler, long_session, tool, user
+from tests.support.openai_server import UpstreamServer
+
+
+def body(msgs: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {"model": "test-1", "messages": msgs, **extra}
+
+
+def stubs(upstream: UpstreamServer) -> list[str]:
+    """Chunk ids stubbed in the last forwarded request."""
+    sent = upstream.history[-1].body["messages"]
+    return [m for msg in sent if isinstance(msg.get("content"), str)
+            for m in STUB.findall(msg["content"])]
+
+
+def renamed(msgs: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]]:
+    """The same conversation with other tool-call ids, as another run of the agent gets."""
+    out = []
+    for m in msgs:
+        m = dict(m)
+        if m.get("tool_calls"):
+            m["tool_calls"] = [{**c, "id": c["id"] + suffix} for c in m["tool_calls"]]
+        if m.get("tool_call_id"):
+            m["tool_call_id"] += suffix
+        out.append(m)
+    return out
+
+
+async def test_same_opening_other_reply_is_another_session_and_is_not_stubbed(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    client = await make(aiohttp_client, settings_for(upstream))
+    first = await client.post(CHAT, json=body(long_session(12)))
+    assert first.status == 200
+    assert int(first.headers["X-Ctxwarden-Evicted"]) > 0
+    assert stubs(upstream)  # the long conversation had tool results offloaded
+
+    # Another run of the same task: same system prompt and first words, two rounds,
+    # well under budget, tool results word for word those the first run offloaded.
+    again = renamed(long_session(2), "-b")
+    second = await client.post(CHAT, json=body(again))
+    assert second.status == 200
+    assert second.headers["X-Ctxwarden-Session"] != first.headers["X-Ctxwarden-Session"]
+    assert second.headers["X-Ctxwarden-Session"].startswith(
+        first.headers["X-Ctxwarden-Session"] + "-")
+    assert second.headers["X-Ctxwarden-Evicted"] == "0"
+    assert upstream.history[-1].body["messages"] == again  # forwarded whole, untouched
+    # and the first conversation still finds its own session and evictions
+    third = await client.post(CHAT, json=body(long_session(13)))
+    assert third.headers["X-Ctxwarden-Session"] == first.headers["X-Ctxwarden-Session"]
+    assert int(third.headers["X-Ctxwarden-Evicted"]) >= int(first.headers["X-Ctxwarden-Evicted"])
+
+
+async def test_sticky_evictions_never_shrink_a_request_that_fits(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    store = MemoryStore()
+    client = await make(aiohttp_client, settings_for(upstream), store)
+    headers = {"X-Session-ID": "one-session"}
+    first = await client.post(CHAT, json=body(long_session(12)), headers=headers)
+    evicted = set(stubs(upstream))
+    assert first.status == 200 and evicted
+    # The client trimmed its own history: what is left fits whole, so it goes whole.
+    short = long_session(2)
+    second = await client.post(CHAT, json=body(short), headers=headers)
+    assert second.status == 200
+    assert second.headers["X-Ctxwarden-Evicted"] == "0"
+    assert upstream.history[-1].body["messages"] == short
+    events = await store.events("default", "one-session")
+    restores = [e for e in events if e.action == "restore"]
+    assert restores and {e.chunk_id for e in restores} <= {
+        e.chunk_id for e in events if e.action == "evict"}
+    assert {e.reason for e in restores} == {
+        "the whole request fits the budget: earlier evictions do not apply"}
+
+
+async def test_a_system_prompt_with_a_timestamp_stays_one_session(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    client = await make(aiohttp_client, settings_for(upstream))
+    history = long_session(12)
+    seen = set()
+    kept_out: set[str] = set()
+    for minute in range(3):
+        history[0] = {"role": "system",
+                      "content": f"You are an agent. Now: 2026-11-23T17:0{minute}:00Z"}
+        cid = f"call_extra{minute}"
+        history += [assistant(None, call(cid, "read_file")), tool(cid, filler(80, f"e{minute}"))]
+        resp = await client.post(CHAT, json=body(history))
+        assert resp.status == 200
+        seen.add(resp.headers["X-Ctxwarden-Session"])
+        now = set(stubs(upstream))
+        assert kept_out <= now  # sticky: what was offloaded stays offloaded
+        kept_out = now
+    assert len(seen) == 1 and kept_out
+
+
+async def test_the_first_turn_and_the_rest_are_one_session(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    client = await make(aiohttp_client, settings_for(upstream))
+    opening = [{"role": "system", "content": "You are an agent."}, user("Fix the build.")]
+    one = await client.post(CHAT, json=body(opening))
+    two = await client.post(CHAT, json=body(long_session(1)))
+    assert one.headers["X-Ctxwarden-Session"] == two.headers["X-Ctxwarden-Session"]
+
+
+async def test_the_user_field_keeps_end_users_apart(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    client = await make(aiohttp_client, settings_for(upstream))
+    a = await client.post(CHAT, json=body(long_session(1), user="alice"))
+    b = await client.post(CHAT, json=body(long_session(1), user="bob"))
+    assert a.headers["X-Ctxwarden-Session"] != b.headers["X-Ctxwarden-Session"]
+
+
+async def test_a_session_named_in_metadata_wins_and_is_forwarded(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    client = await make(aiohttp_client, settings_for(upstream))
+    meta = {"conversation_id": "conv_42", "team": "infra"}
+    resp = await client.post(CHAT, json=body(long_session(1), metadata=meta))
+    assert resp.headers["X-Ctxwarden-Session"] == "conv_42"
+    assert upstream.history[-1].body["metadata"] == meta
+    # the header still wins over the body
+    resp = await client.post(CHAT, json=body(long_session(1), metadata=meta),
+                             headers={"X-Session-ID": "from-header"})
+    assert resp.headers["X-Ctxwarden-Session"] == "from-header"
+
+
+async def test_a_bad_session_name_in_metadata_is_refused(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    client = await make(aiohttp_client, settings_for(upstream))
+    resp = await client.post(CHAT, json=body(long_session(1),
+                                             metadata={"session_id": "no spaces/slashes"}))
+    assert resp.status == 400
+    assert await resp.json() == {"error": {
+        "message": "Invalid metadata.session_id: use 1-128 characters from A-Z a-z 0-9 . _ : -",
+        "type": "invalid_request_error", "param": "metadata.session_id",
+        "code": "invalid_session_id"}}
+    assert upstream.history == []
