@@ -22,6 +22,7 @@ import orjson
 _LITELLM_PREFIX = re.compile(r"^(?:litellm\.\w+:\s*)*(?:\w+Error:\s*)*"
                              r"(?:\w+(?:Exception|Error)(?:\s+\w+Error)?\s+-\s*)?")
 _HANDLE_WITH = re.compile(r"\.?\s*Handle with `litellm\.\w+`\.?\s*$")
+_ORIGINAL = re.compile(r"\s*Original exception:.*$", re.S)  # LiteLLM repeats the cause
 _BYTES = re.compile(r"^b(['\"]).*\1$", re.S)
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.I | re.S)
 _TAG = re.compile(r"<[^>]+>")
@@ -37,7 +38,8 @@ class ErrorBody:
 
 def litellm_message(text: str) -> str:
     """The provider's own words from a LiteLLM exception's message (a JSON body stays JSON)."""
-    text = _HANDLE_WITH.sub("", _LITELLM_PREFIX.sub("", text.strip())).strip()
+    text = _ORIGINAL.sub("", _LITELLM_PREFIX.sub("", text.strip()))
+    text = _HANDLE_WITH.sub("", text).strip()
     if _BYTES.match(text):
         try:
             raw = ast.literal_eval(text)  # a bytes literal only: literal_eval runs no code

@@ -13,6 +13,8 @@ a wrong `x-api-key`.
     server.enqueue("hello")           # next reply; else an echo of the last user text
     server.enqueue(tool_calls=[{"name": "read_file", "arguments": '{"path": "a"}'}])
     server.enqueue_error(529)         # overloaded_error; 429 takes headers={"retry-after": "7"}
+    server.enqueue("a b c", break_after=3)   # the connection drops after 3 events; with
+                                             # type="overloaded_error", an `error` event instead
     server.history[-1].body           # what the upstream received
     await server.close()
 """
@@ -170,6 +172,11 @@ class AnthropicServer:
         await resp.prepare(request)
         for i, event in enumerate(self._events(body, reply, prompt)):
             if reply.break_after is not None and i >= reply.break_after:
+                if reply.type:  # Anthropic's mid-stream error event, e.g. overloaded_error
+                    await resp.write(b"event: error\ndata: " + error_body(
+                        reply.type, reply.message or "Overloaded") + b"\n\n")
+                    await resp.write_eof()
+                    return resp
                 assert request.transport is not None
                 request.transport.abort()  # a broken upstream: no message_stop
                 return resp
