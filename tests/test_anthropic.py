@@ -19,7 +19,7 @@ from proxy.errors import (
     RouteNotFound,
     UpstreamError,
 )
-from proxy.upstream import Upstream, UpstreamUnavailable
+from proxy.upstream import Upstream, UpstreamUnavailable, resolve
 from tests.support.anthropic_server import AnthropicServer
 from tests.support.messages import assistant, call, filler, tool, user
 from tests.support.openai_server import UpstreamServer
@@ -217,3 +217,17 @@ async def test_a_stream_cut_midway_ends_with_an_error_event(
     assert err["message"].startswith(f"The upstream at {claude.url} broke off the stream: "
                                      + reason)
     assert "Original exception" not in err["message"]
+
+
+@pytest.mark.parametrize(("model", "limit"), [
+    ("anthropic/claude-sonnet-4-5", 300),
+    ("bedrock/us.anthropic.claude-sonnet-4-5-20250929-v1:0", 300),
+    ("bedrock/converse/anthropic.claude-3-5-haiku-20241022-v1:0", 300),
+    ("vertex_ai/claude-sonnet-4-5@20250929", 300),
+    ("gemini/gemini-2.5-flash", None),  # no limit required: the body stays the client's
+    ("ollama/llama3.1", None),
+])
+def test_every_claude_route_gets_the_reserved_output_as_its_limit(
+        model: str, limit: int | None) -> None:
+    target = resolve(route("http://127.0.0.1:9", model=model))
+    assert target.transport == "litellm" and target.default_max_tokens == limit
