@@ -64,8 +64,9 @@ def looks_failed(text: str) -> bool:
     failure (unless that first line counts zero of them), its first 2 KB hold a traceback
     header, an `"error": {` / `"error": "` field or a non-zero exit code, or its first or
     last line ends with "command not found", "No such file or directory" or "Permission
-    denied" (anywhere in an output of three lines or less); case-insensitive. Substring checks on the lower-cased head: the one regex
-    alternation with IGNORECASE it replaces cost ~0.3 ms per tool result."""
+    denied" (anywhere in an output of three lines or less); case-insensitive. Substring
+    checks on the lower-cased head: the one regex alternation with IGNORECASE it replaces
+    cost ~0.3 ms per tool result."""
     head = text[:2000].lower()
     first = head.lstrip()
     for word in _ERROR_HEAD:

@@ -11,6 +11,8 @@ Hierarchy (each answers OpenAI's shape ``{"error": {"message", "type", "code"}}`
     ├── PermissionDenied            403 permission_error / forbidden
     ├── RateLimited                 429 rate_limit_error / rate_limit_exceeded (+ Retry-After)
     ├── UpstreamError               502 upstream_error / bad_gateway
+    │   └── UpstreamUnavailable     503 service_unavailable_error / upstream_unavailable |
+    │                                   upstream_overloaded (+ Retry-After)
     ├── UpstreamTimeout             504 timeout_error / upstream_timeout
     └── StoreUnavailable            503 store_error / store_unavailable
 
@@ -108,6 +110,14 @@ class UpstreamError(ProxyError):
     status = 502
     type = "upstream_error"
     default_code = "bad_gateway"
+
+
+class UpstreamUnavailable(UpstreamError):
+    """503: the upstream is overloaded or down for now; retry later (`Retry-After` if given)."""
+
+    status = 503
+    type = "service_unavailable_error"
+    default_code = "upstream_unavailable"
 
 
 class UpstreamTimeout(ProxyError):

@@ -19,8 +19,9 @@ resolved (unset key variable, unknown provider, `direct` for a non-OpenAI provid
 start-up with a `ConfigError` naming it, instead of failing its first request.
 """
 
+from proxy.errors import UpstreamUnavailable
 from proxy.upstream.client import Upstream
-from proxy.upstream.errors import UpstreamUnavailable, map_upstream_error
+from proxy.upstream.errors import map_upstream_error
 from proxy.upstream.resolve import DIRECT_PROVIDERS, resolve, resolve_routes
 from proxy.upstream.transport import Target, Transport, UpstreamReply
 

@@ -37,6 +37,7 @@ from proxy.errors import (
     RouteNotFound,
     UpstreamError,
     UpstreamTimeout,
+    UpstreamUnavailable,
 )
 from proxy.upstream.error_body import ErrorBody, litellm_message, parse_error_body, response_text
 
@@ -97,14 +98,6 @@ def map_upstream_error(
                     parsed.code, parsed.param, parsed.kind)
     context = type(exc).__name__ == "ContextWindowExceededError" if exc is not None else False
     return _by_status(status, err, headers or {}, context, where)
-
-
-class UpstreamUnavailable(UpstreamError):
-    """503: the upstream is overloaded or down for now; retry later (`Retry-After` if given)."""
-
-    status = 503
-    type = "service_unavailable_error"
-    default_code = "upstream_unavailable"
 
 
 def _by_status(status: int, err: ErrorBody, headers: Mapping[str, str], context: bool,
