@@ -148,7 +148,7 @@ class TokenCounter:
             # tokens each; counting the JSON errs on the safe side of every rendering.
             n += 3 + self.text(_json(call))
         for key, value in msg.items():  # function_call, audio, refusal, vendor fields…
-            if key not in _FRAMED and value is not None:
+            if key not in _FRAMED and value:  # SDK echoes carry "annotations": [], nulls
                 n += 3 + self.text(value if isinstance(value, str) else _json(value))
         return n
 

@@ -125,3 +125,22 @@ async def test_claude_tools_cost_anthropic_tool_prompt(aiohttp_client: ClientFac
         "type": "invalid_request_error", "code": "context_length_exceeded",
         "param": "messages"}}
     assert upstream.history == []
+
+
+async def test_an_sdk_echoed_reply_costs_no_more_than_its_content(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """Agents append `message.model_dump()`: nulls and an empty `annotations` are not sent
+    text; a refusal is."""
+    client = await make(aiohttp_client, settings_for(upstream))
+    plain = {"role": "assistant", "content": "Done."}
+    echoed = {**plain, "refusal": None, "annotations": [], "audio": None,
+              "function_call": None, "tool_calls": None}
+    refused = {"role": "assistant", "content": None, "refusal": "I can't help with that."}
+    counts = []
+    for reply in (plain, echoed, refused):
+        resp = await client.post(CHAT, json={"model": "test-1", "messages": [
+            user("Go."), reply, user("Next?")]})
+        assert resp.status == 200, await resp.text()
+        counts.append(int(resp.headers["X-Ctxwarden-Tokens-In"]))
+    assert counts[0] == counts[1]
+    assert counts[2] == counts[0] - n("Done.") + 3 + n("I can't help with that.")
