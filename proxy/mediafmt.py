@@ -7,6 +7,7 @@ Every function answers None when it cannot tell; the caller then counts the wors
 from __future__ import annotations
 
 import binascii
+import itertools
 import re
 import struct
 import zlib
@@ -64,11 +65,14 @@ def _webp(data: bytes) -> tuple[int, int] | None:
 
 
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers
+MAX_SEGMENTS = 10_000  # a real JPEG reaches its frame header within a few dozen
 
 
 def _jpeg(data: bytes) -> tuple[int, int] | None:
     i, n = 2, len(data)
-    while i + 9 <= n:
+    for _ in range(MAX_SEGMENTS):
+        if i + 9 > n:
+            return None
         if data[i] != 0xFF:
             return None
         marker = data[i + 1]
@@ -86,9 +90,11 @@ def _jpeg(data: bytes) -> tuple[int, int] | None:
 
 
 _PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")  # a page object, not the /Pages tree
-_COUNT = re.compile(rb"/Type\s*/Pages\b[^>]*?/Count\s+(\d+)|/Count\s+(\d+)[^>]*?/Type\s*/Pages\b")
+_PAGES = re.compile(rb"/Type\s*/Pages\b")
+_COUNT = re.compile(rb"/Count\s+(\d+)")
 _OBJSTM = re.compile(rb"\bobj\b(.{0,400}?)\bstream\r?\n", re.S)
 MAX_INFLATE = 16 * 1024 * 1024  # per object stream: a deflate bomb stops here
+MAX_SCAN = 1_000  # object streams inflated, /Pages nodes read: a real file has far fewer
 
 
 def pdf_pages(data: bytes) -> int | None:
@@ -97,16 +103,18 @@ def pdf_pages(data: bytes) -> int | None:
     if not data.startswith(b"%PDF"):
         return None
     texts = [data]
-    for m in _OBJSTM.finditer(data):
-        if b"/ObjStm" in m.group(1) and b"/FlateDecode" in m.group(1):
-            try:
-                texts.append(zlib.decompressobj().decompress(data[m.end():], MAX_INFLATE))
-            except zlib.error:
-                continue
+    view = memoryview(data)
+    for m in itertools.islice((m for m in _OBJSTM.finditer(data) if b"/ObjStm" in m.group(1)
+                               and b"/FlateDecode" in m.group(1)), MAX_SCAN):
+        try:
+            texts.append(zlib.decompressobj().decompress(view[m.end():], MAX_INFLATE))
+        except zlib.error:
+            continue
     pages = sum(len(_PAGE.findall(t)) for t in texts)
     if pages:
         return pages
-    counts = [int(a or b) for t in texts for a, b in _COUNT.findall(t)]
+    counts = [int(c) for t in texts for m in itertools.islice(_PAGES.finditer(t), MAX_SCAN)
+              for c in _COUNT.findall(t, max(0, m.start() - 300), m.end() + 300)]
     return max(counts) if counts and max(counts) > 0 else None
 
 
@@ -131,17 +139,21 @@ def wav_seconds(data: bytes) -> float | None:
 _MP3_KBPS = {1: (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320),
              2: (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160)}
 _MP3_RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
+MAX_FRAMES = 50_000  # ~22 minutes at 44.1 kHz; the rest is extrapolated
 
 
 def mp3_seconds(data: bytes) -> float | None:
     """Length of an MPEG layer III stream: its frames walked one by one (exact for CBR and
-    VBR); bytes left where the walk loses sync count at the first frame's bitrate."""
+    VBR); past MAX_FRAMES the rest counts at the rate walked, and bytes left where the walk
+    loses sync at the first frame's bitrate."""
     i = 0
     if data[:3] == b"ID3" and len(data) >= 10:
         size = sum((b & 0x7F) << (7 * (3 - k)) for k, b in enumerate(data[6:10]))
         i = 10 + size + (10 if data[5] & 0x10 else 0)
-    seconds, first_kbps = 0.0, 0
-    while i + 4 <= len(data):
+    seconds, first_kbps, start, walked = 0.0, 0, i, 0
+    while walked < MAX_FRAMES:
+        if i + 4 > len(data):
+            break
         head = int.from_bytes(data[i:i + 4], "big")
         version, layer = (head >> 19) & 3, (head >> 17) & 3
         kbps_i, rate_i = (head >> 12) & 15, (head >> 10) & 3
@@ -152,7 +164,11 @@ def mp3_seconds(data: bytes) -> float | None:
         samples = 1152 if version == 3 else 576
         first_kbps = first_kbps or kbps
         seconds += samples / rate
+        walked += 1
         i += samples // 8 * kbps * 1000 // rate + ((head >> 9) & 1)
     if not first_kbps:
         return None
-    return seconds + max(0, len(data) - i) * 8 / (first_kbps * 1000)
+    rest = max(0, len(data) - i)
+    if walked == MAX_FRAMES:  # walked far enough: the rest at the rate walked
+        return seconds + rest * seconds / (i - start)
+    return seconds + rest * 8 / (first_kbps * 1000)

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import tiktoken
 from aiohttp.test_utils import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.mediafmt import image_size, mp3_seconds, pdf_pages, wav_seconds
 from tests.support.app import CHAT, ClientFactory, make, one_route, settings_for
@@ -142,3 +144,22 @@ def test_a_jpeg_size_behind_64_kb_of_exif_and_a_pdf_with_object_streams() -> Non
     assert pdf_pages(pdf_object_streams(6)) == 6  # the pages only in a compressed stream
     assert pdf_pages(pdf(3)) == 3
     assert wav_seconds(wav(2.5)) == 2.5 and mp3_seconds(b"not audio") is None
+
+
+HEADS = [b"\x89PNG\r\n\x1a\n", b"GIF89a", b"RIFF\0\0\0\0WEBPVP8 ", b"RIFF\0\0\0\0WEBPVP8X",
+         b"\xff\xd8", b"%PDF-1.7\n1 0 obj\n<< /Type /ObjStm /FlateDecode >>\nstream\n",
+         b"RIFF\0\0\0\0WAVEfmt ", b"ID3\x03\0\0\0\0\0\x0a", b"\xff\xfb\x90\x64", b""]
+
+
+@settings(max_examples=300, deadline=None, database=None, derandomize=True)
+@given(head=st.sampled_from(HEADS), tail=st.binary(max_size=300))
+def test_hostile_bytes_never_raise(head: bytes, tail: bytes) -> None:
+    """Whatever follows a known header, each parser answers a value or None (the counter
+    then takes the worst case); it never raises, never returns a negative."""
+    data = head + tail
+    size = image_size(data)
+    assert size is None or min(size) > 0
+    pages = pdf_pages(data)
+    assert pages is None or pages > 0
+    for seconds in (wav_seconds(data), mp3_seconds(data)):
+        assert seconds is None or seconds >= 0
