@@ -369,3 +369,14 @@ def get_embedder(name: str, model: str, **kwargs: Any) -> CachedEmbedder:
     if (name, model) not in _SHARED:
         _SHARED[name, model] = factory(model)
     return _SHARED[name, model]
+
+
+def close_shared() -> None:
+    """Close every shared embedder, at the end of a process (`ctxwarden serve`, after the
+    app's cleanup): the local model's child is killed at once, its queue dropped (what it
+    held is durable and embedded by the next start's scan)."""
+    while _SHARED:
+        _, embedder = _SHARED.popitem()
+        close = getattr(embedder, "close", None)
+        if close is not None:
+            close()

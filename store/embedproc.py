@@ -249,6 +249,9 @@ class EmbedProcess:
     def _died(self, job: Job, exc: BaseException) -> None:
         code = self._proc.exitcode if self._proc is not None else None
         self._reap()
+        if self._stopping:  # `close` killed it: not a death to report or retry
+            self._finish(job, error=RuntimeError("the embedder was closed"))
+            return
         job.attempts += 1
         log.warning("embedder_process_died", pid=self.pid, exitcode=code,
                     error=type(exc).__name__, attempt=job.attempts, texts=len(job.texts))
@@ -300,23 +303,33 @@ class EmbedProcess:
         if self.pid is not None:  # one ran before: this replaces it
             self.restarts += 1
         if self.failures:
-            time.sleep(min(30.0, 0.5 * 2 ** min(self.failures, 6)))
+            with self._cond:  # a backoff that `close` cuts short
+                self._cond.wait_for(lambda: self._stopping,
+                                    min(30.0, 0.5 * 2 ** min(self.failures, 6)))
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=child_main, name="ctxwarden-embed", daemon=True,
                            args=(child, self._resolve(self.model), self.batch_size))
         proc.start()
         child.close()
-        self._proc, self._conn = proc, parent
+        with self._cond:  # `close` kills the child it sees, or we see that it was closed
+            self._proc, self._conn = proc, parent
+            stopping = self._stopping
         started = time.monotonic()
         try:
-            while not parent.poll(1.0):
+            while not parent.poll(0):
+                if stopping or self._stopping:
+                    raise EmbedderDied("the embedder was closed while loading")
                 if not proc.is_alive() or time.monotonic() - started > START_TIMEOUT:
                     raise EmbedderDied("the embedding process exited while loading")
+                wait([parent, proc.sentinel], 1.0)  # an answer, or the child's death
             kind, value, pid = parent.recv()
             if kind != "ready":
                 raise RuntimeError(f"the embedding model did not load: {value}")
         except (EmbedderDied, RuntimeError, EOFError, OSError) as exc:
+            if self._stopping:
+                self._reap()
+                return False
             self.failures += 1
             self._load_error = exc
             log.error("embedder_process_failed", model=self.model, error=str(exc)[:300],
@@ -342,22 +355,25 @@ class EmbedProcess:
             proc.join(5.0)
             proc.close()
 
-    def close(self) -> None:
-        """Stop the dispatcher and the child; queued jobs fail."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the dispatcher and the child at once; queued jobs fail. The child is
+        killed, not asked: it holds nothing durable, and a batch it is halfway through
+        at nice 19 on a busy machine would keep the proxy's exit waiting for seconds."""
         with self._cond:
             self._stopping = True
             left = [*self._urgent, *self._bulk]
             self._urgent.clear()
             self._bulk.clear()
             self._cond.notify_all()
+            proc = self._proc
+        if proc is not None:  # the dispatcher's wait() on its sentinel returns now
+            with contextlib.suppress(Exception):
+                proc.kill()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(10.0)
+            thread.join(timeout)
         for job in left:
             self._finish(job, error=RuntimeError("the embedder was closed"))
-        if self._conn is not None:
-            with contextlib.suppress(OSError):
-                self._conn.send(None)
         self._reap()
 
 

@@ -27,6 +27,7 @@ request is still valid without it) and logs why.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -101,6 +102,12 @@ class LanceStore:
         self._logged = writes_log  # writes go to the log (else straight to LanceDB)
 
     # -- opening ---------------------------------------------------------------------------
+    async def open(self) -> None:
+        """Open now rather than on first use: the log is replayed and the worker embeds what
+        an earlier process left without passages (a SIGTERM, a crash) while no request has
+        come yet (`ctxwarden serve` opens its store at start). Raises StoreUnavailable."""
+        await self._ready()
+
     async def _ready(self) -> None:
         if self._db is not None:
             return
@@ -342,12 +349,15 @@ class LanceStore:
         await self.journal.drain(timeout)
         await self.worker.flush(None if deadline is None else max(0.0, deadline - loop.time()))
 
-    async def close(self, timeout: float = 2.0) -> None:
-        """Replay and embed briefly, stop both, drop the handles. A short wait is enough:
+    async def close(self, timeout: float = 1.0) -> None:
+        """Replay for up to `timeout` s, stop the embedding at once, drop the handles.
+        Nothing waits on the embedding backlog (issue 11: SIGTERM took 6-10 s behind it):
         what is recorded is durable in the log (the next start replays it) or in LanceDB
-        (the next start's scan embeds what is left), so Ctrl-C never waits on MiniLM."""
+        without passages yet (the next start's worker scans for those and embeds them)."""
+        started = time.monotonic()
         await self.journal.stop(timeout)
-        await self.worker.stop(timeout)
+        unembedded = self.worker.backlog
+        await self.worker.stop()
         if self._warm is not None and not self._warm.done():
             self._warm.cancel()
         for tbl in self._tables.values():
@@ -356,6 +366,8 @@ class LanceStore:
         if self._db is not None:
             self._db.close()
             self._db = None
+            log.info("store_closed", seconds=round(time.monotonic() - started, 3),
+                     wal_pending=self.journal.backlog, unembedded=unembedded)
 
     # -- the background half ---------------------------------------------------------------
     async def _embed_chunks(self, chunks: list[Row]) -> None:

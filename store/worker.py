@@ -76,15 +76,17 @@ class EmbedWorker:
         self._wake.set()
         await asyncio.wait_for(self._idle.wait(), timeout)
 
-    async def stop(self, timeout: float = 30.0) -> None:
-        """Drain for up to `timeout` s, then stop; what is left stays durable for a rescan."""
+    async def stop(self, timeout: float = 0.0) -> None:
+        """Stop, after draining for up to `timeout` s (default: not at all). What is left is
+        durable (in the log or LanceDB, without passages): the next start's scan embeds it."""
         task, self._task = self._task, None
         if task is None:
             return
         if not task.done():
-            self._wake.set()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), timeout)
+            if timeout > 0:
+                self._wake.set()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._idle.wait(), timeout)
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task

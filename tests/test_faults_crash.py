@@ -10,11 +10,13 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import lancedb
 import orjson
 
 from store.embed import get_embedder
@@ -29,11 +31,14 @@ RECALLED = re.compile(r"\[chunk ([0-9a-f~]+), turn \d+, \w+\]")
 AGENTS, WINDOW = 6, 3000
 
 
-def serve(cfg: Path) -> subprocess.Popen[bytes]:
+def serve(cfg: Path, log: Path | None = None) -> subprocess.Popen[bytes]:
+    """`ctxwarden serve` in its own process; its log lines (stderr) to `log` if given."""
     exe = Path(sys.executable).with_name("ctxwarden")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "proxy.cli"]
-    return subprocess.Popen([*cmd, "serve", "--config", str(cfg)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with contextlib.ExitStack() as stack:
+        err = stack.enter_context(log.open("ab")) if log is not None else subprocess.DEVNULL
+        return subprocess.Popen([*cmd, "serve", "--config", str(cfg)], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=err)
 
 
 def kill(proc: subprocess.Popen[bytes]) -> None:
@@ -171,3 +176,89 @@ async def test_sigkill_under_load_loses_nothing_a_forwarded_request_depended_on(
             assert {c.chunk_id for c in chunks} == stubs | recalled and all(c.text for c in chunks)
     finally:
         await reader.close()
+
+
+def route_config(cfg: Path, port: int, db: Path, upstream: UpstreamServer, **route: Any) -> None:
+    cfg.write_text(orjson.dumps({
+        "server": {"port": port}, "store": {"path": str(db)},
+        "routes": [{"name": "t", "model": "t-*", "context_window": WINDOW,
+                    "max_output_tokens": 200, "upstream": {
+                        "model": "openai/gpt-4o", "api_base": upstream.url, "api_key": "sk-up"},
+                    **route}]}).decode())
+
+
+async def store_state(http: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+    async with http.get(f"{url}/admin/store") as r:
+        state: dict[str, Any] = await r.json()
+    return state
+
+
+async def test_sigterm_does_not_wait_for_the_embedding_backlog_and_loses_nothing(
+        upstream: UpstreamServer, tmp_path: Path) -> None:
+    """Issue 11 item 12: with MiniLM busy and passages queued behind it, SIGTERM exits in
+    seconds (it waited 6-10 s for the backlog); the chunks it left unembedded are in the
+    store, and the next start embeds them."""
+    port, db, cfg, log = closed_port(), tmp_path / "db", tmp_path / "config.yaml", tmp_path / "log"
+    route_config(cfg, port, db, upstream)
+    upstream.context_window = WINDOW - 200
+    url = f"http://127.0.0.1:{port}"
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are an agent."},
+                                  user("Refactor the service.")]
+
+    async def turn(http: aiohttp.ClientSession, t: int) -> None:
+        msgs.extend([assistant(None, call(f"c{t}", "read_file", f'{{"path": "f{t}.py"}}')),
+                     tool(f"c{t}", filler(300, f"f{t}")), assistant(f"Read f{t}."),
+                     user(f"And f{t + 1}?")])
+        async with http.post(f"{url}/v1/chat/completions", headers={"X-Session-ID": "s"},
+                             json={"model": "t-1", "messages": msgs}) as r:
+            assert r.status == 200, await r.text()
+
+    proc = serve(cfg, log)
+    try:
+        async with aiohttp.ClientSession() as http:
+            await wait_up(http, url, proc)
+            for t in range(6):
+                await turn(http, t)
+
+            async def embedding() -> bool:  # the model is loaded and working
+                return bool((await store_state(http, url))["rows"].get("passages"))
+
+            await until(embedding, timeout=120.0)
+            for t in range(6, 26):
+                await turn(http, t)
+            before = await store_state(http, url)
+            async with http.get(f"{url}/admin/evictions?session=s") as r:
+                evicted = {e["chunk_id"] for e in (await r.json())["events"]
+                           if e["action"] == "evict"}
+        assert before["backlog"] >= 10 and len(evicted) >= 15  # a real backlog at SIGTERM
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 30)
+        took = time.monotonic() - started
+    finally:
+        kill(proc)
+    assert code == 0 and took < 5.0, took
+    closed = [orjson.loads(line) for line in log.read_bytes().splitlines()
+              if b'"store_closed"' in line]
+    assert len(closed) == 1 and closed[0]["unembedded"] > 0  # it left them, did not wait
+    assert evicted <= stored(db)[0]  # every chunk evicted before the SIGTERM is stored
+    again = serve(cfg, log)
+    try:
+        async with aiohttp.ClientSession() as http:
+            await wait_up(http, url, again)
+
+            async def backfilled() -> bool:  # the restart embeds what the SIGTERM left
+                _, chunks, embedded = await asyncio.to_thread(stored, db)
+                return chunks == embedded
+
+            await until(backfilled, timeout=180.0)
+    finally:
+        kill(again)
+
+
+def stored(db: Path) -> tuple[set[str], set[str], set[str]]:
+    """The store's chunk ids, chunk keys, and the chunk keys that have passages."""
+    tables = lancedb.connect(db)
+    chunks = tables.open_table("chunks").to_arrow()
+    embedded = tables.open_table("passages").to_arrow()["chunk_key"].to_pylist()
+    return set(chunks["chunk_id"].to_pylist()), set(chunks["id"].to_pylist()), set(embedded)

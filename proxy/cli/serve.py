@@ -47,13 +47,38 @@ def serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"ctxwarden: {exc}", file=sys.stderr)
         return 2
+    app.on_startup.append(open_store)
     host, port = settings.server.host, settings.server.port
     names = ", ".join(f"{r.name} ({r.model} -> {r.upstream.model})" for r in settings.routes)
     print(f"ctxwarden listening on http://{host}:{port}/v1  routes: {names or 'none'}",
           file=sys.stderr)
-    web.run_app(app, host=host, port=port, print=None, handler_cancellation=True,
-                access_log=None)
+    try:
+        web.run_app(app, host=host, port=port, print=None, handler_cancellation=True,
+                    access_log=None)
+    finally:
+        # The store is closed (its cleanup ran); the embedding child goes now, not at the
+        # interpreter's exit, where a dispatcher still feeding it could even start another.
+        from store.embed import close_shared
+
+        close_shared()
     return 0
+
+
+async def open_store(app: Any) -> None:
+    """Open the store before serving: what the last process left in the write-ahead log is
+    replayed, and chunks it left without vectors are embedded, with no request needed. A
+    store that cannot open now is logged, not fatal: the first request that needs it tries
+    again (and answers 503 `store_unavailable` if it still cannot)."""
+    from proxy.keys import STORE
+
+    opener = getattr(app[STORE], "open", None)
+    if opener is None:
+        return
+    try:
+        await opener()
+    except Exception as exc:
+        structlog.get_logger("ctxwarden").warning("store_open_failed", error=type(exc).__name__,
+                                                  detail=str(exc)[:300])
 
 
 def add_parser(subparsers: Any) -> None:
