@@ -133,7 +133,7 @@ async def test_an_sdk_echoed_reply_costs_no_more_than_its_content(
     text; a refusal is."""
     client = await make(aiohttp_client, settings_for(upstream))
     plain = {"role": "assistant", "content": "Done."}
-    echoed = {**plain, "refusal": None, "annotations": [], "audio": None,
+    echoed: dict[str, Any] = {**plain, "refusal": None, "annotations": [], "audio": None,
               "function_call": None, "tool_calls": None}
     refused = {"role": "assistant", "content": None, "refusal": "I can't help with that."}
     counts = []
