@@ -2,8 +2,9 @@
 
 One chunk per message. Turn τ of a message = how many assistant messages precede it (each
 model call is a turn), so any replica derives the same turns from the list alone. An
-assistant message with `tool_calls` heads a *group* with the tool results answering it:
-those are kept or dropped together; a single result may instead become a stub.
+assistant message with `tool_calls` (or a legacy `function_call`) heads a *group* with the
+tool results (the `function` message) answering it: those are kept or dropped together; a
+single result may instead become a stub.
 """
 
 from __future__ import annotations
@@ -71,14 +72,18 @@ class Chunker:
             part = Part(Chunk(cid, info.tokens, T, turn, index=i, origin=_origin(role)), info, role)
             if role == "assistant":
                 calls = msg.get("tool_calls") or ()
-                if calls:
+                legacy = msg.get("function_call")
+                if calls or isinstance(legacy, dict):
                     groups[i] = []
                     part.group = i
                     for c in calls:  # function and custom tool calls alike
                         call_owner[str(c.get("id"))] = (i, call_of(c)[0])
+                    if not calls:  # legacy: the next `function` message answers it
+                        call_owner[LEGACY] = (i, str(legacy.get("name", "")))
                 turn += 1
-            elif role == "tool":
-                owner = call_owner.get(str(msg.get("tool_call_id")))
+            elif role in RESULTS:
+                key = str(msg.get("tool_call_id")) if role == "tool" else LEGACY
+                owner = call_owner.pop(LEGACY, None) if key == LEGACY else call_owner.get(key)
                 if owner is not None:
                     part.group, part.tool_name = owner
                     groups[owner[0]].append(i)
@@ -173,6 +178,10 @@ def _infos(analyzer: MessageAnalyzer, messages: Sequence[dict[str, Any]],
     matched = len(out)
     out += [analyzer.info(m) for m in messages[matched:]]
     return out, matched
+
+
+RESULTS = ("tool", "function")  # a tool call's result; `function`: the legacy API's
+LEGACY = "\0legacy"  # call_owner's key for a legacy function_call awaiting its result
 
 
 def _origin(role: str) -> str:

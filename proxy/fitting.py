@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.base import ChunkClass, Policy, PolicyContext, Ranked
-from proxy.chunking import Conversation, Part
+from proxy.chunking import RESULTS, Conversation, Part
 from proxy.tokens import REPLY_PRIMING, TokenCounter
 
 
@@ -106,7 +106,7 @@ class Fitter:
         forced = policy.forced([p.chunk for p in parts if p.chunk.id not in evicted], ctx)
         for r in forced:
             part = by_id[r.chunk.id]
-            if part.group is not None and part.role == "tool" and (
+            if part.group is not None and part.role in RESULTS and (
                     part.chunk.tokens > self.stub_cost(part)):
                 total = self._evict(conv, part, r, policy, fit, total)
         if total > budget:
@@ -124,7 +124,7 @@ class Fitter:
                 elif part.group is not None and part.chunk.tokens <= self.stub_cost(part):
                     continue  # a stub would cost as much as the result
                 total = self._evict(conv, part, r, policy, fit, total)
-                if part.role == "tool" and part.group is not None and total > target:
+                if part.role in RESULTS and part.group is not None and total > target:
                     # Its call was passed over while a result stood; once every result is a
                     # stub, the call (ranked lower than this) goes before anything ranked
                     # higher: otherwise stubs fill the room and user messages go first.
@@ -192,7 +192,7 @@ class Fitter:
     def cut(self, conv: Conversation, fit: Fit, budget: int) -> None:
         """Cut the tail's tool results, largest first, head-and-tail until the fit is within
         `budget` (or nothing more can be cut). Deterministic: the same request, same cut."""
-        tails = sorted((p for p in conv.parts if p.role == "tool"
+        tails = sorted((p for p in conv.parts if p.role in RESULTS
                         and p.chunk.klass is ChunkClass.PERMANENT
                         and p.chunk.id not in fit.evicted and isinstance(p.info.text, str)),
                        key=lambda p: (-p.info.content_tokens, p.chunk.index))
@@ -250,7 +250,7 @@ class Fitter:
 
     def part_cost(self, conv: Conversation, p: Part, evicted: set[str]) -> int:
         if p.chunk.id not in evicted:
-            if p.role == "tool" and p.group is not None:
+            if p.role in RESULTS and p.group is not None:
                 head = conv.parts[p.group].chunk.id
                 if head in evicted and self._dropped(conv, p.group, evicted):
                     return 0
@@ -275,7 +275,7 @@ class Fitter:
             cost = self.part_cost(conv, p, evicted)
             if cost == 0:
                 continue
-            if p.chunk.id in evicted and p.role == "tool":
+            if p.chunk.id in evicted and p.role in RESULTS:
                 out.append({**msg, "content": stub_text(p)})
             elif cuts and p.chunk.id in cuts:
                 out.append({**msg, "content": cuts[p.chunk.id]})

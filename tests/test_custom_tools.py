@@ -90,3 +90,35 @@ async def test_a_custom_call_without_a_name_is_refused(aiohttp_client: ClientFac
         "type": "invalid_request_error", "code": "missing_required_parameter",
         "param": "messages[1].tool_calls[0].custom"}}
     assert upstream.history == []
+
+
+def legacy_session(rounds: int) -> list[dict[str, Any]]:
+    """The legacy functions API: `function_call` on the assistant, a `function` reply."""
+    msgs: list[dict[str, Any]] = [user("Check every module.")]
+    for i in range(rounds):
+        msgs += [{"role": "assistant", "content": None,
+                  "function_call": {"name": "read", "arguments": f'{{"m": {i}}}'}},
+                 {"role": "function", "name": "read", "content": filler(200, f"f{i}")},
+                 {"role": "assistant", "content": f"Module {i} read."}, user(f"next {i}")]
+    return msgs
+
+
+async def test_legacy_function_calls_are_fitted_in_pairs(aiohttp_client: ClientFactory,
+                                                         upstream: UpstreamServer) -> None:
+    """A `function` result is stubbed, or dropped only with its `function_call`: never one
+    without the other (LiteLLM turns them into tool_use/tool_result pairs for Anthropic)."""
+    client = await make(aiohttp_client, settings_for(upstream, context_window=2000))
+    functions = [{"name": "read", "parameters": {"type": "object", "properties": {}}}]
+    resp = await client.post(CHAT, json={"model": "test-1", "messages": legacy_session(10),
+                                         "functions": functions})
+    assert resp.status == 200, await resp.text()
+    assert int(resp.headers["X-Ctxwarden-Evicted"]) > 0
+    sent = upstream.history[-1].body["messages"]
+    stubbed = 0
+    for i, m in enumerate(sent):
+        if m["role"] == "function":
+            assert sent[i - 1].get("function_call", {}).get("name") == m["name"]
+            stubbed += bool(STUB.search(m["content"]))
+        if sent[i].get("function_call"):
+            assert sent[i + 1]["role"] == "function"
+    assert stubbed > 0
