@@ -202,3 +202,28 @@ def test_a_404_is_model_not_found_only_when_it_names_a_model() -> None:
     assert ollama.message == 'model "llama3" not found, try pulling it first'
     fastapi = map_upstream_error(status=404, body=b'{"detail": "Not Found"}')
     assert (fastapi.status, fastapi.code) == (502, "upstream_not_found")
+
+
+def _google(code: int, status: str, message: str, delay: str | None = None) -> bytes:
+    details = [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay}]
+    return orjson.dumps({"error": {"code": code, "message": message, "status": status,
+                                   **({"details": details} if delay else {})}})
+
+
+def test_googles_body_gives_the_true_status_and_the_retry_delay() -> None:
+    """LiteLLM raises Gemini's 503 as a 500 and Google sends its 429 delay only in the body."""
+    err = map_upstream_error(status=500, body=_google(503, "UNAVAILABLE", "overloaded"))
+    assert (type(err), err.message) == (UpstreamUnavailable,
+                                        "The upstream answered HTTP 503: overloaded")
+    err = map_upstream_error(status=429, body=_google(429, "RESOURCE_EXHAUSTED", "quota", "6.2s"))
+    assert (err.body(), err.headers) == ({"error": {
+        "message": "quota", "type": "rate_limit_error", "code": "rate_limit_exceeded"}},
+        {"Retry-After": "7"})  # whole seconds, rounded up
+    err = map_upstream_error(status=429, headers={"Retry-After": "3"},
+                             body=_google(429, "RESOURCE_EXHAUSTED", "quota", "60s"))
+    assert err.headers == {"Retry-After": "3"}  # a header, when sent, is the provider's word
+    err = map_upstream_error(status=401, body=_google(400, "INVALID_ARGUMENT", "API key not "
+                                                      "valid. Please pass a valid API key."))
+    assert type(err) is AuthenticationFailed  # only LiteLLM's catch-all 500 is corrected
+    err = map_upstream_error(status=500, body=b'{"error": {"code": 503, "message": "x"}}')
+    assert (type(err), err.status) == (UpstreamError, 502)  # not Google's shape: as sent

@@ -2,15 +2,20 @@
 
 OpenAI answers `{"error": {"message", "type", "code", "param"}}`; Anthropic
 `{"type": "error", "error": {"type", "message"}}` (the kind is in `type`, e.g.
-`overloaded_error`, `not_found_error`); vLLM and FastAPI `{"detail": ...}`; a web server
-in front of the API plain text or an HTML page. LiteLLM hands the Anthropic body over
-inside its exception's message, as `AnthropicError - {...}` (or `b'{...}'` when streamed)
-followed by `. Handle with `litellm.InternalServerError`.`: `litellm_message` unwraps that.
+`overloaded_error`, `not_found_error`); Google (Gemini, Vertex AI) `{"error": {"code": 503,
+"message", "status": "UNAVAILABLE", "details"}}`, where `code` is the HTTP status (LiteLLM
+raises Gemini's 503 as a 500, so the body's is the true one) and a 429 tells when to come
+back only in the body, as `RetryInfo.retryDelay` ("7s"); vLLM and FastAPI
+`{"detail": ...}`; a web server in front of the API plain text or an HTML page. LiteLLM
+hands the Anthropic body over inside its exception's message, as `AnthropicError - {...}`
+(or `b'{...}'` when streamed) followed by `. Handle with `litellm.InternalServerError`.`:
+`litellm_message` unwraps that.
 """
 
 from __future__ import annotations
 
 import ast
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +31,8 @@ _ORIGINAL = re.compile(r"\s*Original exception:.*$", re.S)  # LiteLLM repeats th
 _BYTES = re.compile(r"^b(['\"]).*\1$", re.S)
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.I | re.S)
 _TAG = re.compile(r"<[^>]+>")
+_GOOGLE_STATUS = re.compile(r"^[A-Z_]+$")  # google.rpc.Code names: UNAVAILABLE, NOT_FOUND…
+_SECONDS = re.compile(r"^(\d+(?:\.\d+)?)s$")  # a protobuf Duration in JSON: "7s", "0.5s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +40,9 @@ class ErrorBody:
     message: str
     code: str | None = None
     param: str | None = None
-    kind: str | None = None  # the error's `type`: Anthropic's only classifier
+    kind: str | None = None  # the error's `type` (Anthropic's only classifier), or Google's
+    status: int | None = None  # the HTTP status the provider put in the body (Google)
+    retry_after: str | None = None  # seconds, from the body (Google's RetryInfo)
 
 
 def litellm_message(text: str) -> str:
@@ -71,9 +80,29 @@ def parse_error_body(body: bytes | str | None) -> ErrorBody | None:
     if message is None:
         return None
     code, param, kind = err.get("code"), err.get("param"), err.get("type")
+    if _is_google(err):
+        return ErrorBody(message, kind=err["status"], status=code,
+                         retry_after=_retry_delay(err.get("details")))
     return ErrorBody(message, str(code) if code is not None else None,
                      param if isinstance(param, str) else None,
                      kind if isinstance(kind, str) else None)
+
+
+def _is_google(err: dict[str, Any]) -> bool:
+    """Google's shape: `code` the HTTP status as a number, `status` a google.rpc.Code name."""
+    code, status = err.get("code"), err.get("status")
+    return (type(code) is int and 400 <= code < 600 and isinstance(status, str)
+            and _GOOGLE_STATUS.match(status) is not None)
+
+
+def _retry_delay(details: Any) -> str | None:
+    """Whole seconds (rounded up, as `Retry-After` wants) from a RetryInfo detail."""
+    for d in details if isinstance(details, list) else ():
+        if isinstance(d, dict) and str(d.get("@type", "")).endswith("google.rpc.RetryInfo"):
+            match = _SECONDS.match(str(d.get("retryDelay", "")))
+            if match:
+                return str(math.ceil(float(match.group(1))))
+    return None
 
 
 def _plain(text: str) -> str:

@@ -10,7 +10,11 @@ Statuses that are easy to get wrong:
   kind decides), are `UpstreamUnavailable`: 503 with code `upstream_unavailable` or
   `upstream_overloaded`, and the provider's `Retry-After` when it sent one. None is made up
   when it did not: the openai SDK then backs off with jitter on its own, while a fixed
-  invented delay would bring every client back at the same instant.
+  invented delay would bring every client back at the same instant. Google sends no
+  header but says it in the body (`RetryInfo`): that is the provider's own delay, kept.
+- Google's body carries the true HTTP status (`code`): LiteLLM raises Gemini's 503
+  UNAVAILABLE as a 500, which the body corrects. Only a 500 is corrected: LiteLLM's other
+  statuses are deliberate (Google's 400 "API key not valid" becomes a 401).
 - 404 is `model_not_found` only when the provider says so (its code, or a message about a
   model). Any other 404 (an HTML "Not Found" from a wrong `api_base` path) is a 502
   `upstream_not_found`: the client's model is fine, the route's URL is not.
@@ -91,11 +95,13 @@ def map_upstream_error(
             body = body or (orjson.dumps(sdk_body) if isinstance(sdk_body, dict) else sdk_body)
         body = body or response_text(resp) or (message if message.startswith("{") else None)
     parsed = parse_error_body(body) or ErrorBody(message or "")
+    if parsed.status and status in (None, 500):  # LiteLLM's catch-all; Google's body knows
+        status = parsed.status
     if status is None:  # not an HTTP answer at all: a broken connection, a bug in a transport
         reason = _scrub(parsed.message or _first_line(exc) or "unknown error", secrets)
         return UpstreamError(f"The upstream{where} failed: {reason}")
     err = ErrorBody(_scrub(parsed.message or f"The upstream answered HTTP {status}.", secrets),
-                    parsed.code, parsed.param, parsed.kind)
+                    parsed.code, parsed.param, parsed.kind, retry_after=parsed.retry_after)
     context = type(exc).__name__ == "ContextWindowExceededError" if exc is not None else False
     return _by_status(status, err, headers or {}, context, where)
 
@@ -121,20 +127,22 @@ def _by_status(status: int, err: ErrorBody, headers: Mapping[str, str], context:
     if status == 413:
         return PayloadTooLarge(message)
     if status == 429:
-        return RateLimited(message, code=code, headers=_retry_after(headers))
+        return RateLimited(message, code=code, headers=_retry_after(headers, err))
     if status == 529 or err.kind == "overloaded_error":
         return UpstreamUnavailable(f"The upstream is overloaded: {message}",
-                                   code="upstream_overloaded", headers=_retry_after(headers))
+                                   code="upstream_overloaded",
+                                   headers=_retry_after(headers, err))
     if status == 503:
         return UpstreamUnavailable(f"The upstream answered HTTP 503: {message}",
-                                   headers=_retry_after(headers))
+                                   headers=_retry_after(headers, err))
     if 400 <= status < 500:
         return InvalidRequest(message, code=code, param=param)
     return UpstreamError(f"The upstream answered HTTP {status}: {message}")
 
 
-def _retry_after(headers: Mapping[str, str]) -> dict[str, str] | None:
-    retry = _header(headers, "Retry-After")
+def _retry_after(headers: Mapping[str, str], err: ErrorBody) -> dict[str, str] | None:
+    """The provider's `Retry-After` header, else the delay its body gave (Google's)."""
+    retry = _header(headers, "Retry-After") or err.retry_after
     return {"Retry-After": retry} if retry else None
 
 
