@@ -1,5 +1,5 @@
 """The same agent traffic through the real app to each provider family (OpenAI direct,
-Anthropic through LiteLLM): a history over the window is fitted and accepted, tool calls
+Anthropic and Gemini through LiteLLM): a history over the window is fitted and accepted, tool calls
 stay paired, streams arrive, recall works, and upstream errors keep their meaning. Each
 fake refuses what its provider refuses, so a 200 here means the provider would take it."""
 
@@ -16,11 +16,17 @@ from aiohttp.test_utils import TestClient
 from store.base import MemoryStore
 from tests.support.app import CHAT, STUB, ClientFactory, make, one_route
 from tests.support.messages import assistant, long_session, user
-from tests.support.providers import FAMILIES, Provider, start, text
+from tests.support.providers import FAMILIES, Provider, start
 from tests.support.trips import ASK, NEEDLE_ID, session
 from tests.support.wire import parse_sse
 
 WINDOW, OUTPUT = 4000, 200
+_ANTHROPIC_OVERLOADED = {"message": "The upstream is overloaded: Overloaded",
+                         "type": "service_unavailable_error", "code": "upstream_overloaded"}
+OVERLOADED = {"openai": _ANTHROPIC_OVERLOADED, "anthropic": _ANTHROPIC_OVERLOADED,
+              "gemini": {"message": "The upstream answered HTTP 503: The model is overloaded. "
+                                    "Please try again later.",
+                         "type": "service_unavailable_error", "code": "upstream_unavailable"}}
 
 
 @pytest.fixture(params=FAMILIES)
@@ -48,8 +54,11 @@ async def post(client: TestClient[Any, Any], msgs: list[dict[str, Any]], sid: st
 
 
 def sent_limit(prov: Provider) -> Any:
-    """What the provider got as output limit: Anthropic must get one, OpenAI the client's."""
+    """What the provider got as output limit: Anthropic must get one, the others the
+    client's (none here)."""
     body = prov.history[-1].body
+    if prov.family == "gemini":
+        return (body.get("generationConfig") or {}).get("max_output_tokens", "-")
     return body.get("max_tokens") if prov.family == "anthropic" else body.get("max_tokens", "-")
 
 
@@ -64,11 +73,11 @@ async def test_a_history_over_the_window_is_fitted_and_accepted(
     assert provider.rejected == 0 and STUB.search(json.dumps(got))  # stubs, accepted
     calls, results = provider.tool_pairs(got)
     assert calls == list(results)  # each call kept is answered, in order (or both dropped)
-    assert calls[-3:] == ["call_11", "call_12", "call_13"]  # the recent ones are kept
+    assert calls[-3:] == [provider.call_key(f"call_{i}", "read_file", f'{{"path": "src/m{i}.py"}}')
+                          for i in (11, 12, 13)]  # the recent ones are kept
     assert sent_limit(provider) == (OUTPUT if provider.family == "anthropic" else "-")
-    first_user = next(m for m in got["messages"] if m["role"] == "user")
-    assert text(first_user["content"]) == "Fix the build."  # the goal stays, and the system
-    assert "You are an agent." in json.dumps(got.get("system") or got["messages"][0])
+    assert provider.first_user_text(got) == "Fix the build."  # the goal stays, and the system
+    assert "You are an agent." in provider.system_text(got)
     resp = await post(client, [*msgs, assistant("Done."), user("and now?")])
     assert provider.rejected == 0 and provider.last_text(provider.history[-1].body) == "and now?"
 
@@ -98,7 +107,8 @@ async def test_tool_calls_round_trip_through_the_sdk(
         await api.close()
     assert text == "a.py defines handler"
     calls, results = provider.tool_pairs(provider.history[-1].body)
-    assert calls == [call.id] and results == {call.id: "def handler(): ..."}
+    key = provider.call_key(call.id, "read_file", '{"path": "a.py"}')
+    assert calls == [key] and results == {key: "def handler(): ..."}
     assert provider.rejected == 0
 
 
@@ -115,7 +125,7 @@ async def test_a_stream_arrives_as_openai_sse(aiohttp_client: ClientFactory,
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
                    if c["choices"]) == "streamed words arrive in order"
     assert any(c.get("usage") for c in chunks)  # include_usage is honoured
-    assert provider.history[-1].body["stream"] is True
+    assert provider.streamed(provider.history[-1])
 
 
 async def test_an_evicted_fact_is_recalled(aiohttp_client: ClientFactory,
@@ -141,12 +151,10 @@ async def test_upstream_errors_keep_their_meaning(
     resp = await client.post(CHAT, json=body)
     assert resp.status == 429 and resp.headers["Retry-After"] == "7"
     assert (await resp.json())["error"]["code"] == "rate_limit_exceeded"
-    provider.enqueue_error(529, "Overloaded", type="overloaded_error")
+    provider.enqueue_overloaded()
     resp = await client.post(CHAT, json=body)
     assert resp.status == 503 and "Retry-After" not in resp.headers
-    assert await resp.json() == {"error": {"message": "The upstream is overloaded: Overloaded",
-                                           "type": "service_unavailable_error",
-                                           "code": "upstream_overloaded"}}
+    assert await resp.json() == {"error": OVERLOADED[provider.family]}
     provider.set_window(100)  # the provider's window is smaller than the route says
     resp = await client.post(CHAT, json={**body, "messages": [user("word " * 300)]})
     assert resp.status == 400

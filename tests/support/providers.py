@@ -3,6 +3,9 @@
 - `openai`: the fake OpenAI (`openai_server.py`), reached by the direct transport.
 - `anthropic`: the fake Anthropic (`anthropic_server.py`), reached through LiteLLM's
   `anthropic/claude-sonnet-4-5` transform, so what it checks is what Anthropic would get.
+- `gemini`: the fake Gemini (`gemini_server.py`), through LiteLLM's `gemini/gemini-2.5-flash`
+  transform. Gemini's wire has no call ids (LiteLLM makes them up), so a call is known there
+  by its name and arguments, and a response by its position after the call (`call_key`).
 
 Each server checks its key and refuses what its provider refuses; `Provider` reads what it
 received in that provider's own shape (tool pairs, the last message's text).
@@ -13,18 +16,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from tests.support.anthropic_server import AnthropicServer
+from tests.support.gemini_server import GeminiServer
 from tests.support.openai_server import Received, Reply, UpstreamServer
 
-FAMILIES = ("openai", "anthropic")
-KEYS = {"openai": "sk-up-openai-0001", "anthropic": "sk-ant-api03-test-0001"}
-MODELS = {"openai": "openai/gpt-4o", "anthropic": "anthropic/claude-sonnet-4-5"}
+FAMILIES = ("openai", "anthropic", "gemini")
+KEYS = {"openai": "sk-up-openai-0001", "anthropic": "sk-ant-api03-test-0001",
+        "gemini": "AIzaSyTest-gemini-0001"}
+MODELS = {"openai": "openai/gpt-4o", "anthropic": "anthropic/claude-sonnet-4-5",
+          "gemini": "gemini/gemini-2.5-flash"}
+Server = UpstreamServer | AnthropicServer | GeminiServer
 
 
 @dataclass
 class Provider:
     family: str
-    server: UpstreamServer | AnthropicServer
+    server: Server
 
     @property
     def upstream(self) -> dict[str, Any]:
@@ -51,6 +60,8 @@ class Provider:
 
     def tool_pairs(self, body: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
         """The call ids the assistant turns made, in order, and each result's text by id."""
+        if self.family == "gemini":
+            return _gemini_pairs(body)
         calls: list[str] = []
         results: dict[str, str] = {}
         for m in body["messages"]:
@@ -66,9 +77,60 @@ class Provider:
                     results[block["tool_use_id"]] = text(block.get("content"))
         return calls, results
 
+    def call_key(self, cid: str, name: str, arguments: str) -> str:
+        """How `tool_pairs` names the call the client knows as `cid`."""
+        if self.family != "gemini":
+            return cid
+        return name + orjson.dumps(orjson.loads(arguments), option=orjson.OPT_SORT_KEYS).decode()
+
     def last_text(self, body: dict[str, Any]) -> str:
-        """All text of the last message sent upstream (strings or content blocks)."""
+        """All text of the last message sent upstream (strings, blocks or Gemini's parts)."""
+        if self.family == "gemini":
+            return "\n".join(p["text"] for p in body["contents"][-1]["parts"] if "text" in p)
         return text(body["messages"][-1]["content"])
+
+    def system_text(self, body: dict[str, Any]) -> str:
+        """The system prompt sent upstream, wherever the provider wants it."""
+        if self.family == "gemini":
+            return "\n".join(p.get("text", "") for p in body["system_instruction"]["parts"])
+        system = body.get("system") or body["messages"][0]["content"]
+        return text(system)
+
+    def first_user_text(self, body: dict[str, Any]) -> str:
+        if self.family == "gemini":
+            return "\n".join(p.get("text", "") for p in body["contents"][0]["parts"])
+        return text(next(m for m in body["messages"] if m["role"] == "user")["content"])
+
+    def streamed(self, sent: Received) -> bool:
+        """Whether a request asked for a stream: Gemini says so in the URL, not the body."""
+        if self.family == "gemini":
+            return sent.path.endswith(":streamGenerateContent?alt=sse")
+        return sent.body.get("stream") is True
+
+    def enqueue_overloaded(self) -> None:
+        """The provider's own 'overloaded, come back later' answer."""
+        if self.family == "gemini":  # 503 UNAVAILABLE: "The model is overloaded. ..."
+            self.server.enqueue_error(503)
+        else:
+            self.server.enqueue_error(529, "Overloaded", type="overloaded_error")
+
+
+def _gemini_pairs(body: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """Gemini's calls (name + arguments) and each response's text, paired by position."""
+    calls: list[str] = []
+    results: dict[str, str] = {}
+    asked: list[str] = []
+    for turn in body["contents"]:
+        answers = [p["function_response"] for p in turn["parts"] if "function_response" in p]
+        for key, answer in zip(asked, answers, strict=False):
+            content = answer["response"].get("content")
+            results[key] = content if isinstance(content, str) else orjson.dumps(
+                answer["response"]).decode()
+        asked = [p["function_call"]["name"] + orjson.dumps(
+            p["function_call"].get("args") or {}, option=orjson.OPT_SORT_KEYS).decode()
+            for p in turn["parts"] if "function_call" in p]
+        calls += asked
+    return calls, results
 
 
 def text(content: Any) -> str:
@@ -87,10 +149,12 @@ def text(content: Any) -> str:
 
 async def start(family: str, window: int | None = 128_000) -> Provider:
     """The family's fake, started, requiring the family's key."""
-    server: UpstreamServer | AnthropicServer
+    server: Server
     if family == "openai":
         server = UpstreamServer(context_window=window, api_key=KEYS[family])
-    else:
+    elif family == "anthropic":
         server = AnthropicServer(context_window=window, api_key=KEYS[family])
+    else:
+        server = GeminiServer(context_window=window, api_key=KEYS[family])
     await server.start()
     return Provider(family, server)
