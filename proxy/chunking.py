@@ -78,8 +78,8 @@ class Chunker:
                     part.group = i
                     for c in calls:  # function and custom tool calls alike
                         call_owner[str(c.get("id"))] = (i, call_of(c)[0])
-                    if not calls:  # legacy: the next `function` message answers it
-                        call_owner[LEGACY] = (i, str(legacy.get("name", "")))
+                    if not calls and isinstance(legacy, dict):  # answered by the next
+                        call_owner[LEGACY] = (i, str(legacy.get("name", "")))  # `function`
                 turn += 1
             elif role in RESULTS:
                 key = str(msg.get("tool_call_id")) if role == "tool" else LEGACY

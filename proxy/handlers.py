@@ -50,6 +50,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         names = ", ".join(r.model for r in settings.routes) or "none configured"
         raise RouteNotFound(f"The model '{body['model']}' does not exist or no route matches it "
                             f"(routes: {names}).", param="model")
+    upstream = request.app[UPSTREAM]
+    upstream.check(route, body)
     tenant = tenant_of(request)
     key = session_key(request.headers.get("X-Session-ID"), tenant, body)
     structlog.contextvars.bind_contextvars(session=key.id, route=route.name)
@@ -59,7 +61,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     guard = request.app.get(AUTH)
     unproven = api_key is not None and guard is not None and not guard.proven(tenant)
     prepared = await request.app[PIPELINE].prepare(body, route, tenant, key, defer=unproven)
-    upstream = request.app[UPSTREAM]
     fields: dict[str, Any] = {**prepared.log_fields(), "stream": bool(body.get("stream")),
                               "overhead_ms": round((time.perf_counter() - started) * 1000, 2)}
     metrics.observe(request, prepared, fields["overhead_ms"])

@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient
 from store.base import MemoryStore
 from tests.support.app import CHAT, STUB, ClientFactory, make, one_route
 from tests.support.messages import assistant, long_session, user
-from tests.support.providers import FAMILIES, Provider, start
+from tests.support.providers import FAMILIES, MODELS, Provider, start
 from tests.support.trips import ASK, NEEDLE_ID, session
 from tests.support.wire import parse_sse
 
@@ -161,3 +161,24 @@ async def test_upstream_errors_keep_their_meaning(
     err = (await resp.json())["error"]
     assert (err["type"], err["code"]) == ("invalid_request_error", "context_length_exceeded")
     assert (await client.get("/healthz")).status == 200
+
+
+async def test_custom_tools_on_a_litellm_route_are_a_clear_400(
+        aiohttp_client: ClientFactory, provider: Provider) -> None:
+    """LiteLLM cannot translate OpenAI's custom tools: said before anything is fitted,
+    not a 502 from inside LiteLLM's transform. The direct OpenAI path sends them as is."""
+    client = await app_for(aiohttp_client, provider)
+    tools = [{"type": "custom", "custom": {"name": "apply_patch"}}]
+    resp = await client.post(CHAT, json={"model": "agent-1", "tools": tools,
+                                         "messages": [user("patch it")]})
+    if provider.family == "openai":
+        assert resp.status == 200
+        assert provider.history[-1].body["tools"] == tools
+        return
+    assert resp.status == 400
+    assert await resp.json() == {"error": {
+        "message": f"Custom tools (type 'custom') are OpenAI's; '{MODELS[provider.family]}' "
+                   "is reached through LiteLLM, which cannot translate them. Declare the tool "
+                   "as a function, or route this model to an OpenAI-compatible upstream.",
+        "type": "invalid_request_error", "param": "tools", "code": "unsupported_tool_type"}}
+    assert provider.history == []

@@ -11,7 +11,7 @@ from proxy.config import RouteSettings
 from proxy.upstream.direct import DirectTransport
 from proxy.upstream.resolve import resolve, resolve_routes, with_key
 from proxy.upstream.transport import Target, Transport, UpstreamReply
-from proxy.upstream.via_litellm import LiteLLMTransport
+from proxy.upstream.via_litellm import LiteLLMTransport, refuse_unsupported
 
 
 class Upstream:
@@ -63,6 +63,13 @@ class Upstream:
         """
         target = self.target(route, api_key)
         return await self._transports[target.transport].open_stream(target, body)
+
+    def check(self, route: RouteSettings, body: dict[str, Any]) -> None:
+        """Refuse (InvalidRequest) what the route's transport cannot send, before the
+        pipeline fits anything."""
+        target = self.target(route)
+        if target.transport == "litellm":
+            refuse_unsupported(target, body)
 
     def target(self, route: RouteSettings, api_key: str | None = None) -> Target:
         """The route resolved to a provider, URL, key and transport (cached per route);

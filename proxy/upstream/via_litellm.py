@@ -19,7 +19,7 @@ import litellm
 import orjson
 from litellm.types.utils import all_litellm_params
 
-from proxy.errors import ProxyError
+from proxy.errors import InvalidRequest, ProxyError
 from proxy.upstream.errors import map_upstream_error
 from proxy.upstream.transport import ClosingStream, Target, UpstreamReply, sse_error
 
@@ -49,6 +49,21 @@ class LiteLLMTransport:
 
     async def open_stream(self, target: Target, body: dict[str, Any]) -> ClosingStream:
         return await open_stream(target, body)
+
+
+def refuse_unsupported(target: Target, body: dict[str, Any]) -> None:
+    """OpenAI's custom (free-form) tools have no translation in LiteLLM's provider
+    transforms (1.106: a KeyError 'function' inside the Anthropic transform). Refused with a
+    400 that says so before anything is fitted, rather than a 502 from inside LiteLLM."""
+    tools = body.get("tools") or ()
+    calls = (c for m in body.get("messages") or () if isinstance(m, dict)
+             for c in m.get("tool_calls") or ())
+    if any(isinstance(t, dict) and t.get("type") == "custom" for t in (*tools, *calls)):
+        raise InvalidRequest(
+            f"Custom tools (type 'custom') are OpenAI's; {target.model!r} is reached through "
+            "LiteLLM, which cannot translate them. Declare the tool as a function, or route "
+            "this model to an OpenAI-compatible upstream.",
+            code="unsupported_tool_type", param="tools")
 
 
 def _kwargs(target: Target, body: dict[str, Any], stream: bool) -> dict[str, Any]:
