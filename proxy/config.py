@@ -122,7 +122,7 @@ class RecallSettings(_Strict):
 
     enabled: bool = True
     budget_fraction: float = Field(0.10, ge=0, le=0.5)
-    min_relevance: float = Field(0.30, ge=0, le=1)
+    min_relevance: float = Field(0.25, ge=0, le=1)
     min_relative: float = Field(0.5, ge=0, le=1)
     top_k: int = Field(8, ge=1)
     # Vectors refine where ready: a passage whose cosine to the step's words reaches this

@@ -202,7 +202,10 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     cosine >= min_similarity. Rank: strength + cosine. `count(text) -> tokens`."""
     if budget <= 0 or not (hits or vectors):
         return []
-    top = max((h.score for h in hits if h.strength < 1.0), default=0.0)
+    # "within min_relative of the best" among the candidates: an in-context message that
+    # shares the question's words (an earlier question, the system prompt) is no rival
+    top = max((h.score for h in hits if h.strength < 1.0 and h.chunk_id in evicted),
+              default=0.0)
     cos = {(h.chunk_id, h.piece): c for h, c in vectors}
     cands: dict[tuple[str, int], tuple[float, Hit, str]] = {}
     for h in hits:
