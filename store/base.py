@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
+
+from store.media import NO_MEDIA, Media
 
 TURN = "turn"  # Event.action of a per-turn summary row (proxy/turnlog.py), not a decision
 
@@ -27,6 +29,7 @@ class EvictedChunk:
     klass: str
     tokens: int
     text: str
+    media: Media = NO_MEDIA  # the message's images, audio and files (store/media.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,7 @@ class Event:
     policy: str
     preview: str = ""
     time: float = field(default_factory=time.time)
+    media: str = ""  # evict/cut of a message with media: what it held (Media.summary)
 
     def public(self) -> dict[str, Any]:
         d = asdict(self)
@@ -114,7 +118,12 @@ class Store(Protocol):
 
     async def fetch(self, tenant: str, session: str,
                     chunk_ids: Sequence[str]) -> list[EvictedChunk]:
-        """The exact offloaded chunks, in the order asked (unknown ids are skipped)."""
+        """The exact offloaded chunks, in the order asked (unknown ids are skipped); their
+        text only (`media` empty): the bytes of their parts come from `media`."""
+
+    async def media(self, tenant: str, session: str, chunk_id: str) -> Media:
+        """An offloaded chunk's message skeleton and attachments, bytes included
+        (`NO_MEDIA` for a text-only or unknown chunk); `Media.restore()` rebuilds it."""
 
     async def log_turns(self, turns: Sequence[Turn]) -> None:
         """Turn summaries (their own table); idempotent per (tenant, session, turn)."""
@@ -126,6 +135,18 @@ class Store(Protocol):
         """Wait until background work (embedding) is done; a no-op when there is none."""
 
     async def close(self) -> None: ...
+
+
+def with_media(chunks: Sequence[EvictedChunk], events: Sequence[Event]) -> list[Event]:
+    """The events, those that evict or cut a chunk with media saying what it held."""
+    said = {(c.tenant, c.session, c.chunk_id): c.media.summary()
+            for c in chunks if c.media.attachments}
+    out = list(events)
+    for i, e in enumerate(out):
+        what = said.get((e.tenant, e.session, e.chunk_id))
+        if what and e.action in ("evict", "cut") and not e.media:
+            out[i] = replace(e, media=what)
+    return out
 
 
 def latest_evicted(marks: Iterable[tuple[int, float, str, str]]) -> set[str]:
@@ -168,7 +189,7 @@ class MemoryStore:
 
     async def record(self, chunks: Sequence[EvictedChunk], events: Sequence[Event]) -> None:
         await self.offload(chunks)
-        await self.log(events)
+        await self.log(with_media(chunks, events))
 
     async def offload(self, chunks: Sequence[EvictedChunk]) -> None:
         for c in chunks:
@@ -199,7 +220,11 @@ class MemoryStore:
     async def fetch(self, tenant: str, session: str,
                     chunk_ids: Sequence[str]) -> list[EvictedChunk]:
         found = (self.chunks.get((tenant, session, c)) for c in dict.fromkeys(chunk_ids))
-        return [c for c in found if c is not None]
+        return [replace(c, media=NO_MEDIA) for c in found if c is not None]
+
+    async def media(self, tenant: str, session: str, chunk_id: str) -> Media:
+        c = self.chunks.get((tenant, session, chunk_id))
+        return NO_MEDIA if c is None else c.media
 
     async def log_turns(self, turns: Sequence[Turn]) -> None:
         for t in turns:

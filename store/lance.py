@@ -46,20 +46,32 @@ from store.base import (
     Turn,
     latest_evicted,
     summarise,
+    with_media,
 )
 from store.commits import GroupCommit
 from store.embed import Embedder
 from store.errors import StoreUnavailable, unavailable
 from store.journal import Journal
+from store.media import NO_MEDIA, Media
 from store.search import fill, id_matches, id_terms, nearest
 from store.wal import WriteAheadLog
-from store.worker import EmbedWorker, Row, compact, ensure_indexes, unembedded, warm_up
+from store.worker import (
+    EmbedWorker,
+    Row,
+    compact,
+    ensure_columns,
+    ensure_indexes,
+    unembedded,
+    warm_up,
+)
 
 log = structlog.get_logger("ctxwarden.store")
 OPTIMIZE_EVERY = 64  # commits per table between compactions (LanceDB: "> 20 operations")
 QUERY_EMBED_TIMEOUT = 30.0  # s; a recall gives up on a query vector not ready by then
-LOGGED = (S.CHUNKS, S.EVENTS, S.TURNS)  # tables written through the log, in replay order
-SCHEMAS = {S.CHUNKS: S.CHUNK_SCHEMA, S.EVENTS: S.EVENT_SCHEMA, S.TURNS: S.TURN_SCHEMA}
+# tables written through the log, in replay order
+LOGGED = (S.CHUNKS, S.ATTACHMENTS, S.EVENTS, S.TURNS)
+SCHEMAS = {S.CHUNKS: S.CHUNK_SCHEMA, S.ATTACHMENTS: S.ATTACHMENT_SCHEMA,
+           S.EVENTS: S.EVENT_SCHEMA, S.TURNS: S.TURN_SCHEMA}
 
 
 def _unavailable(what: str, exc: BaseException) -> StoreUnavailable:
@@ -119,9 +131,11 @@ class LanceStore:
                     Path(self.uri.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
                 db = await lancedb.connect_async(self.uri, storage_options=self._storage_options,
                                                  read_consistency_interval=self._consistency)
-                for name, sch in ((S.CHUNKS, S.CHUNK_SCHEMA), (S.EVENTS, S.EVENT_SCHEMA)):
-                    self._tables[name] = await db.create_table(name, schema=sch, exist_ok=True)
+                for name in (S.CHUNKS, S.EVENTS):
+                    self._tables[name] = await _table(db, name)
+                    await self._upgrade(name)
                     await ensure_indexes(self._tables[name], name, S.INDEXED[name])
+                await self._open_newer(db, S.ATTACHMENTS)
                 await self._open_turns(db)
                 await self._open_passages(None, db)
                 loaded = await asyncio.to_thread(self.journal.wal.load)
@@ -139,19 +153,37 @@ class LanceStore:
                 self._warm = asyncio.get_running_loop().create_task(warm_up(self.embedder))
 
     async def _open_turns(self, db: Any) -> Any:
-        """The turns table (newer than the others): a read-only store made before it
-        existed still opens, and shows only the summaries in the log."""
-        tbl = self._tables.get(S.TURNS)
+        return await self._open_newer(db, S.TURNS)
+
+    async def _open_newer(self, db: Any, name: str) -> Any:
+        """A table newer than the store (turns, attachments): a read-only store made
+        before it existed still opens, and shows only the rows in the log."""
+        tbl = self._tables.get(name)
         if tbl is None:
             try:
-                tbl = await db.create_table(S.TURNS, schema=S.TURN_SCHEMA, exist_ok=True)
+                tbl = await _table(db, name)
             except Exception as exc:
-                log.warning("store_table_unavailable", table=S.TURNS, error=type(exc).__name__,
+                log.warning("store_table_unavailable", table=name, error=type(exc).__name__,
                             detail=str(exc)[:200])
                 return None
-            await ensure_indexes(tbl, S.TURNS, S.INDEXED[S.TURNS])
-            self._tables[S.TURNS] = tbl
+            await ensure_indexes(tbl, name, S.INDEXED[name])
+            self._tables[name] = tbl
         return tbl
+
+    async def _upgrade(self, name: str) -> None:
+        """Columns added since the table was made (chunks.message, events.media). A writer
+        must have them (its rows carry them); a reader of an older, read-only store reads
+        on without them (they read as empty)."""
+        try:
+            added = await ensure_columns(self._tables[name], SCHEMAS[name])
+        except Exception as exc:
+            if self._logged or self.background:
+                raise
+            log.warning("store_upgrade_skipped", table=name, error=type(exc).__name__,
+                        detail=str(exc)[:200])
+            return
+        if added:
+            log.info("store_upgraded", table=name, columns=added)
 
     async def _passages(self, dim: int | None = None) -> Any:
         """The passages table; created (by the worker) once the vector size is known."""
@@ -179,13 +211,13 @@ class LanceStore:
         return tbl
 
     async def _merge(self, name: str, rows: list[dict[str, Any]], sch: pa.Schema) -> None:
-        if name == S.TURNS and await self._open_turns(self._db) is None:
-            raise RuntimeError(f"the {S.TURNS} table cannot be created in {self.uri}")
+        if name in (S.TURNS, S.ATTACHMENTS) and await self._open_newer(self._db, name) is None:
+            raise RuntimeError(f"the {name} table cannot be created in {self.uri}")
         await self._group.merge(name, rows, sch)  # concurrent writes share one commit
 
     async def _commit(self, name: str, rows: list[dict[str, Any]], sch: pa.Schema) -> None:
         tbl = self._tables[name]
-        data = pa.Table.from_pylist(rows, schema=sch)
+        data = S.arrow(name, rows, sch)
         await tbl.merge_insert("id").when_not_matched_insert_all().execute(data)
         self._commits[name] = self._commits.get(name, 0) + 1
 
@@ -196,7 +228,8 @@ class LanceStore:
         if not chunks and not events:
             return
         chunk_rows = S.chunk_rows(chunks)
-        await self._write({S.CHUNKS: chunk_rows, S.EVENTS: S.event_rows(events)},
+        await self._write({S.CHUNKS: chunk_rows, S.ATTACHMENTS: S.attachment_rows(chunks),
+                           S.EVENTS: S.event_rows(with_media(chunks, events))},
                           "store evicted chunks" if chunks else "log decisions")
         if chunk_rows:
             self.worker.submit(chunk_rows)
@@ -318,6 +351,26 @@ class LanceStore:
             found.update((r["id"], r) for r in rows)
         return [S.row_chunk(found[k]) for k in keys if k in found]
 
+    async def media(self, tenant: str, session: str, chunk_id: str) -> Media:
+        """The chunk's message skeleton and its attachments with their bytes (logged ones
+        included); NO_MEDIA for a text-only or unknown chunk."""
+        await self._ready()
+        key = S.chunk_key(tenant, session, chunk_id)
+        logged = [r for r in self.journal.scope_rows(S.ATTACHMENTS, S.scope_key(tenant, session))
+                  if r["chunk_key"] == key]
+        chunk = self.journal.by_id(S.CHUNKS, [key]).get(key)
+        if chunk is None:
+            rows = await self._rows(S.CHUNKS, S.eq("id", key), None, "read chunks")
+            chunk = rows[0] if rows else None
+        if chunk is None or not chunk.get("message"):
+            return NO_MEDIA
+        rows = logged
+        if S.ATTACHMENTS in self._tables:
+            rows = _union(await self._rows(S.ATTACHMENTS, S.eq("chunk_key", key), None,
+                                           "read attachments"), logged)
+        parts = sorted((S.row_attachment(r) for r in rows), key=lambda a: a.index)
+        return Media(chunk["message"], tuple(parts))
+
     async def turns(self, tenant: str, session: str) -> list[Turn]:
         """The session's turn summaries, by turn (logged ones included)."""
         await self._ready()
@@ -366,8 +419,9 @@ class LanceStore:
         if self._db is not None:
             self._db.close()
             self._db = None
-            log.info("store_closed", seconds=round(time.monotonic() - started, 3),
-                     wal_pending=self.journal.backlog, unembedded=unembedded)
+            if self.background:  # a serving store; a reader (`ctxwarden log`) stays quiet
+                log.info("store_closed", seconds=round(time.monotonic() - started, 3),
+                         wal_pending=self.journal.backlog, unembedded=unembedded)
 
     # -- the background half ---------------------------------------------------------------
     async def _embed_chunks(self, chunks: list[Row]) -> None:
@@ -429,6 +483,15 @@ class LanceStore:
             part = ", ".join(f"'{k}'" for k in ids[i:i + 256])
             have += int(await tbl.count_rows(f"id IN ({part})"))
         return len(ids) - have
+
+
+async def _table(db: Any, name: str) -> Any:
+    """Open a table, or create it: `create_table(exist_ok=True)` refuses one whose schema
+    is older than ours (columns are added by `_upgrade`)."""
+    try:
+        return await db.open_table(name)
+    except ValueError:  # not created yet
+        return await db.create_table(name, schema=SCHEMAS[name], exist_ok=True)
 
 
 def _union(rows: list[Row], logged: list[Row]) -> list[Row]:

@@ -9,6 +9,7 @@ for display. Row ids are content ids, so `merge_insert` makes every write idempo
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import time
 from collections.abc import Iterable, Sequence
@@ -18,14 +19,16 @@ import orjson
 import pyarrow as pa
 
 from store.base import Event, EvictedChunk, Turn
+from store.media import Attachment
 from store.split import passage_id, split_text
 
 CHUNKS = "chunks"  # raw evicted chunks, durable before embedding (never deleted)
 PASSAGES = "passages"  # ≤256-token pieces with vectors (written by the background worker)
 EVENTS = "events"  # the decision log
 TURNS = "turns"  # one summary per turn (the inspector's timeline), not decisions
+ATTACHMENTS = "attachments"  # evicted messages' images, audio and files (store/media.py)
 INDEXED = {CHUNKS: ("id",), PASSAGES: ("id", "scope"), EVENTS: ("id", "scope"),
-           TURNS: ("id", "scope")}
+           TURNS: ("id", "scope"), ATTACHMENTS: ("id", "chunk_key")}
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -66,6 +69,7 @@ CHUNK_SCHEMA = pa.schema([
     pa.field("id", pa.string()), *_OWNER, pa.field("chunk_id", pa.string()),
     pa.field("turn", pa.int64()), pa.field("role", pa.string()), pa.field("class", pa.string()),
     pa.field("tokens", pa.int64()), pa.field("text", pa.string()), pa.field("time", pa.float64()),
+    pa.field("message", pa.string()),  # Media.message: "" (or null, older rows) for text only
 ])
 
 EVENT_SCHEMA = pa.schema([
@@ -75,6 +79,17 @@ EVENT_SCHEMA = pa.schema([
     pa.field("action", pa.string()), pa.field("reason", pa.string()),
     pa.field("policy", pa.string()), pa.field("preview", pa.string()),
     pa.field("time", pa.float64()),
+    pa.field("media", pa.string()),  # Event.media ("" or null, older rows: none)
+])
+
+# One row per non-text part of an evicted message; the bytes, or the URL of a reference.
+ATTACHMENT_SCHEMA = pa.schema([
+    pa.field("id", pa.string()), *_OWNER, pa.field("chunk_key", pa.string()),
+    pa.field("chunk_id", pa.string()), pa.field("index", pa.int64()),
+    pa.field("kind", pa.string()), pa.field("mime", pa.string()),
+    pa.field("filename", pa.string()), pa.field("url", pa.string()),
+    pa.field("sha256", pa.string()), pa.field("size", pa.int64()),
+    pa.field("data", pa.large_binary()), pa.field("time", pa.float64()),
 ])
 
 
@@ -110,8 +125,38 @@ def chunk_rows(chunks: Iterable[EvictedChunk]) -> list[dict[str, Any]]:
         rows.setdefault(key, {
             "id": key, **_owner(c.tenant, c.session), "chunk_id": c.chunk_id, "turn": c.turn,
             "role": c.role, "class": c.klass, "tokens": c.tokens, "text": c.text, "time": now,
+            "message": c.media.message,
         })
     return list(rows.values())
+
+
+def attachment_rows(chunks: Iterable[EvictedChunk]) -> list[dict[str, Any]]:
+    """Attachment id = (chunk, position, content hash): the same part is stored once. The
+    bytes go as base64 text (the log's records are JSON); `arrow` decodes them."""
+    now = time.time()
+    rows: dict[str, dict[str, Any]] = {}
+    for c in chunks:
+        key = chunk_key(c.tenant, c.session, c.chunk_id)
+        for a in c.media.attachments:
+            aid = hkey("attachment", key, str(a.index), a.sha256)
+            rows.setdefault(aid, {
+                "id": aid, **_owner(c.tenant, c.session), "chunk_key": key,
+                "chunk_id": c.chunk_id, "index": a.index, "kind": a.kind, "mime": a.mime,
+                "filename": a.filename, "url": a.url, "sha256": a.sha256, "size": len(a.data),
+                "data": base64.b64encode(a.data).decode(), "time": now,
+            })
+    return list(rows.values())
+
+
+def arrow(name: str, rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    """Rows (as logged) into a table to commit: attachments get their bytes back."""
+    if name == ATTACHMENTS:
+        rows = [{**r, "data": _bytes(r["data"])} for r in rows]
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _bytes(data: str | bytes) -> bytes:
+    return base64.b64decode(data) if isinstance(data, str) else data
 
 
 def event_rows(events: Sequence[Event]) -> list[dict[str, Any]]:
@@ -123,6 +168,7 @@ def event_rows(events: Sequence[Event]) -> list[dict[str, Any]]:
             "id": key, **_owner(e.tenant, e.session), "turn": e.turn, "chunk_id": e.chunk_id,
             "class": e.klass, "tokens": e.tokens, "score": float(e.score), "action": e.action,
             "reason": e.reason, "policy": e.policy, "preview": e.preview, "time": e.time,
+            "media": e.media,
         })
     return list(rows.values())
 
@@ -164,7 +210,13 @@ def row_turn(r: dict[str, Any]) -> Turn:
 def row_event(r: dict[str, Any]) -> Event:
     return Event(r["tenant"], r["session"], int(r["turn"]), r["chunk_id"], r["class"],
                  int(r["tokens"]), float(r["score"]), r["action"], r["reason"], r["policy"],
-                 preview=r["preview"], time=float(r["time"]))
+                 preview=r["preview"], time=float(r["time"]), media=r.get("media") or "")
+
+
+def row_attachment(r: dict[str, Any]) -> Attachment:
+    """From LanceDB (bytes) or from the log (base64 text)."""
+    return Attachment(int(r["index"]), r["kind"], r["mime"], _bytes(r["data"]), r["url"],
+                      r["filename"], r["sha256"])
 
 
 def row_chunk(r: dict[str, Any]) -> EvictedChunk:

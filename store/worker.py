@@ -153,6 +153,16 @@ async def unembedded(chunks: Any, passages: Any, limit: int,
     return rows
 
 
+async def ensure_columns(table: Any, schema: Any) -> list[str]:
+    """Add the columns a newer version gave `schema` to a table made before (nullable:
+    older rows read as null); the names added. Raises what LanceDB raises (read-only)."""
+    have = set((await table.schema()).names)
+    missing = [f for f in schema if f.name not in have]
+    if missing:
+        await table.add_columns(missing)
+    return [f.name for f in missing]
+
+
 async def ensure_indexes(table: Any, name: str, columns: Iterable[str]) -> None:
     """B-tree indexes on the key (merge_insert joins on it: 20 → 10 ms at 100k rows) and on
     `scope` (recall's prefilter: 65 → 18 ms at 100k passages). New rows are scanned until

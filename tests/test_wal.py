@@ -1,6 +1,6 @@
 """The write-ahead log alone (format, group commit, torn and corrupt segments, ownership),
 and the crash it exists for: a store SIGKILLed after `record` returned and before (or
-while) LanceDB got the rows loses nothing on restart."""
+while) LanceDB got the rows loses nothing on restart, the evicted messages' images included."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 from store import schema as S
 from store.lance import LanceStore
 from store.wal import MAGIC, WriteAheadLog, frame, parse
+from tests.support.attachments import png
 from tests.support.fakes import FakeEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,6 +114,8 @@ CHILD = textwrap.dedent("""
     import asyncio, sys
     from store.base import Event, EvictedChunk
     from store.lance import LanceStore
+    from store.media import Media
+    from tests.support.attachments import image_part, png, with_media
     from tests.support.fakes import FakeEmbedder
 
     async def main(path: str, replay: bool) -> None:
@@ -124,7 +127,8 @@ CHILD = textwrap.dedent("""
             batch = range(i, i + 4)
             await asyncio.gather(*(store.record(
                 [EvictedChunk("acme", f"s{n % 3}", f"c{n}", n, "tool", "TRANSIENT", 50,
-                              f"chunk {n} " + "words " * 300)],
+                              f"chunk {n} " + "words " * 300,
+                              Media.of(with_media("see", image_part(png(seed=n)))))],
                 [Event("acme", f"s{n % 3}", n, f"c{n}", "TRANSIENT", 50, 0.1, "evict",
                        "lowest EFV", "rwoe")]) for n in batch))
             print(*batch, flush=True)  # acknowledged: durable from here on
@@ -162,7 +166,9 @@ async def test_sigkill_after_record_returned_loses_nothing(tmp_path: Path, repla
             assert {c.chunk_id for c in got} == {f"c{n}" for n in mine}
             assert all(c.text.startswith(f"chunk {c.chunk_id[1:]} ") for c in got)
             assert {f"c{n}" for n in mine} <= await store.evicted_ids("acme", f"s{s}")
+        assert await images(store, acked) == {n: png(seed=n) for n in acked}  # the log's
         await store.flush(60)  # replayed into LanceDB and embedded
+        assert await images(store, acked) == {n: png(seed=n) for n in acked}  # LanceDB's
         chunks = await store._tables[S.CHUNKS].query().select(["chunk_id"]).to_list()
         events = await store._tables[S.EVENTS].query().select(["chunk_id"]).to_list()
         assert {f"c{n}" for n in acked} <= {r["chunk_id"] for r in chunks}
@@ -174,3 +180,12 @@ async def test_sigkill_after_record_returned_loses_nothing(tmp_path: Path, repla
         assert list(Path(db, "_wal").glob("*.wal")) == []  # applied, then deleted
     finally:
         await store.close()
+
+
+async def images(store: LanceStore, acked: set[int]) -> dict[int, bytes]:
+    """Each acknowledged chunk's image, as the store gives it back."""
+    out = {}
+    for n in sorted(acked):
+        [image] = (await store.media("acme", f"s{n % 3}", f"c{n}")).attachments
+        out[n] = image.data
+    return out

@@ -1,7 +1,10 @@
 """Inspection API: what the proxy evicted, recalled and restored, per session.
 
     GET /admin/evictions?session=ID  → {"events": [{turn, chunk_id, class, tokens, score,
-                                                    action, reason, policy, time, preview}]}
+                                                    action, reason, policy, time, preview,
+                                                    [media]}]}
+        `media` only on an evict or cut of a message with non-text parts: what it held,
+        e.g. "1 image (image/png), 1 file (application/pdf)" (see proxy/admin/chunks.py)
     GET /admin/sessions              → {"sessions": [{session, events, evicted, recalled,
                                                       evicted_tokens, last_turn, last_time}]}
 
@@ -39,8 +42,11 @@ def _json(body: dict[str, Any]) -> web.Response:
 def event_view(e: Any) -> dict[str, Any]:
     """One event as the admin API and `ctxwarden log --json` show it (no tenant/session)."""
     d: dict[str, Any] = e.public()
-    return {k: d[k] for k in ("turn", "chunk_id", "class", "tokens", "score", "action",
-                              "reason", "policy", "time", "preview")}
+    out = {k: d[k] for k in ("turn", "chunk_id", "class", "tokens", "score", "action",
+                             "reason", "policy", "time", "preview")}
+    if d["media"]:  # only on the evict/cut of a message with images, audio or files
+        out["media"] = d["media"]
+    return out
 
 
 async def evictions(request: web.Request) -> web.Response:

@@ -1,6 +1,7 @@
 // ctxwarden inspector: plain JS, no build step. Reads the admin API only:
 //   /admin/sessions, /admin/evictions (the decision table, same as `ctxwarden log --json`),
-//   /admin/turns (per-turn tokens by class), /admin/chunk (exact text, recall query).
+//   /admin/turns (per-turn tokens by class), /admin/chunk (exact text, recall query);
+//   an event's `media` (images, audio, files of an evicted message) is named in its detail.
 // Every string from the API goes into the page as text (textContent), never as HTML.
 "use strict";
 
@@ -219,7 +220,9 @@ async function showDetail(i) {
   $("detail-title").textContent = `Turn ${e.turn}: ${e.action} of chunk ${e.chunk_id}`;
   $("detail-meta").textContent =
     `${chunk.role} message from turn ${chunk.turn}, ${chunk.class}, ${fmt(chunk.tokens)} tokens; ` +
-    `${e.action === "recall" ? "similarity" : "score"} ${e.score.toFixed(4)} (${e.policy}): ${e.reason}`;
+    `${e.action === "recall" ? "similarity" : "score"} ${e.score.toFixed(4)} (${e.policy}): ${e.reason}` +
+    (e.media ? `; it held ${e.media}, stored whole: ` +
+     `/admin/sessions/${encodeURIComponent(state.session)}/chunks/${e.chunk_id}` : "");
   $("detail-text").textContent = chunk.text;
   $("detail-query").hidden = !recall;
   $("detail-query-text").textContent = recall ? recall.query : "";
