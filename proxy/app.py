@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
 
 import structlog
 from aiohttp import web
@@ -14,6 +15,7 @@ from proxy.errors import ProxyError, RouteNotFound
 from proxy.keys import PIPELINE, SETTINGS, STORE, UPSTREAM
 from proxy.metrics import Metrics, TimedStore, count_requests, setup_metrics
 from proxy.pipeline import Pipeline
+from proxy.replica import Replica
 from proxy.upstream import Upstream
 from store.base import MemoryStore, Store
 
@@ -58,7 +60,20 @@ def make_store(settings: Settings) -> Store:
     from store.lance import LanceStore
 
     embedder = get_embedder(settings.store.embedder, settings.store.embed_model)
-    return LanceStore(settings.store.path, embedder, wal_dir=settings.store.wal_dir)
+    st = settings.store
+    if st.shared:  # committed before forwarding; reads see every replica's commits
+        return LanceStore(st.path, embedder, storage_options=st.options(), wal=False,
+                          read_consistency_interval=timedelta(0))
+    return LanceStore(st.path, embedder, wal_dir=st.wal_dir, storage_options=st.options())
+
+
+def make_replica(settings: Settings, store: Store) -> Replica | None:
+    """Sessions' heads on a shared store (proxy/replica.py); None for a local one."""
+    if not settings.store.shared:
+        return None
+    from store.shared import SessionHeads
+
+    return Replica(SessionHeads(settings.store.path, settings.store.options()), store)
 
 
 def init_app(settings: Settings, store: Store | None = None,
@@ -79,7 +94,8 @@ def init_app(settings: Settings, store: Store | None = None,
         app[UPSTREAM] = upstream
     app[STORE] = store if store is not None else make_store(settings)
     m = Metrics()  # the pipeline's store calls are timed through a wrapper, not a patch
-    app[PIPELINE] = Pipeline(settings, TimedStore(app[STORE], m.store_seconds))
+    app[PIPELINE] = Pipeline(settings, TimedStore(app[STORE], m.store_seconds),
+                             make_replica(settings, app[STORE]))
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         yield

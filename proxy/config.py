@@ -50,10 +50,26 @@ class StoreSettings(_Strict):
     path: str = "./data/lancedb"  # a directory or an object-store URI (s3://…)
     embedder: str = "sentence-transformers"
     embed_model: str = "all-MiniLM-L6-v2"
+    # An object-store URI's options, as LanceDB takes them (docs/deploy.md). S3: endpoint,
+    # region, allow_http ("true" for a local http endpoint); keys come from the
+    # environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); GCS and Azure take theirs.
+    # Secret: never shown in a settings dump or a log.
+    storage_options: dict[str, SecretStr] = Field(default_factory=dict)
     # The write-ahead log that makes an offload durable before LanceDB has it: a local
-    # directory. Default: <path>/_wal for a directory store; for an object-store URI,
-    # ./data/wal/<digest of the URI> (set it to a persistent local volume).
+    # directory, <path>/_wal by default for a directory store. An object-store URI has no
+    # local log: every write is committed to the shared store before the request is
+    # forwarded, so any replica may serve any turn (docs/design-notes.md). Setting
+    # wal_dir with an object-store URI keeps a local log instead: one replica only.
     wal_dir: str | None = None
+
+    @property
+    def shared(self) -> bool:
+        """Replicas may share this store: an object-store URI without a local log."""
+        return "://" in self.path and not self.path.startswith("file://") \
+            and self.wal_dir is None
+
+    def options(self) -> dict[str, str] | None:
+        return {k: v.get_secret_value() for k, v in self.storage_options.items()} or None
 
 
 class UpstreamSettings(_Strict):

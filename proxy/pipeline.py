@@ -35,6 +35,7 @@ from proxy.recall import (
     select,
 )
 from proxy.relate import Relater, Relevance
+from proxy.replica import Replica
 from proxy.session import SessionKey, Sessions, SessionState
 from proxy.tokens import REPLY_PRIMING, TokenCounter, encoding_for
 from proxy.turnlog import TurnLog, summary
@@ -130,8 +131,9 @@ def resolve_window(route: RouteSettings, index: int) -> int:
 
 
 class Pipeline:
-    def __init__(self, settings: Settings, store: Store) -> None:
+    def __init__(self, settings: Settings, store: Store, replica: Replica | None = None) -> None:
         self.store = store
+        self.replica = replica  # a store shared by replicas: sessions' heads (replica.py)
         self.sessions = Sessions(settings.server.max_sessions)
         self.runtimes = {r.name: RouteRuntime(r, resolve_window(r, i))
                          for i, r in enumerate(settings.routes)}
@@ -141,6 +143,8 @@ class Pipeline:
 
     async def close(self) -> None:
         await self.relater.close()
+        if self.replica is not None:
+            await self.replica.close()
 
     async def prepare(self, body: dict[str, Any], route: RouteSettings, tenant: str,
                       session: str | SessionKey, *, defer: bool = False) -> Prepared:
@@ -151,6 +155,8 @@ class Pipeline:
         rt = self.runtimes[route.name]
         sid, state = self.sessions.resolve(tenant, key)
         async with state.lock:
+            if self.replica is not None:  # another replica may have served it since
+                await self.replica.refresh(state, tenant, sid)
             if not state.loaded:
                 await self._load(state, tenant, sid)
             prepared = await self._prepare(rt, body, tenant, sid, state)
@@ -239,6 +245,8 @@ class Pipeline:
             state.evicted -= {d.part.chunk.id for d in fit.restored}
             for r in recall.passages:
                 state.recall_refs.setdefault(r.hit.chunk_id, []).append(conv.turn)
+            if self.replica is not None:  # after the chunks, before the forward
+                await self.replica.publish(state, tenant, session)
             self.turns.submit(row)
 
         return Prepared(

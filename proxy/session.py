@@ -95,6 +95,10 @@ class SessionState:
     vectors: Vectors | None = None  # the index's passages that have embeddings already
     blocks: list[Block] = field(default_factory=list)  # recall blocks on their messages
     anchor: str | None = None  # the reply that claimed a derived session (`resolve`)
+    # shared stores (proxy/replica.py): the session head this state reflects, and the
+    # decisions as last published or read from it
+    version: int = 0
+    published: dict[str, Any] | None = None
 
 
 class Sessions:

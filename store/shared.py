@@ -1,0 +1,124 @@
+"""Session heads: how replicas that share one store in object storage see each other's turns.
+
+Every replica keeps a session's decisions in process (the proxy's `SessionState`: sticky
+evictions, recall references, the recall blocks riding on messages). When several
+replicas serve one session, each turn may land on another replica, so that state must
+be the store's, not the process's. A *head* is one row per (tenant, session) in the
+table `session_heads`, next to the others on the same URI: a version number and the
+session's decisions as JSON, written after the turn's chunks and events are committed
+and before the request is forwarded. A replica reads the head on every request of a
+shared store (one point read) and reloads only when the version moved.
+
+The head holds no text: chunk text stays in `chunks` (committed before the head names
+it), so a head never points at a chunk the store does not have. Writes are ordinary
+`merge_insert`s on the session's key (LanceDB's concurrent writers: conflicting commits
+are retried by LanceDB); the table is compacted every `COMPACT_EVERY` writes of this
+process, since every write adds a fragment that reads must open.
+
+Failure: a head that cannot be read or written raises `StoreUnavailable` (the proxy's
+503): without it a replica cannot know whether another one evicted something since, and
+forwarding could resend what was evicted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import timedelta
+from typing import Any
+
+import lancedb
+import pyarrow as pa
+import structlog
+
+from store.errors import StoreUnavailable, unavailable
+from store.schema import eq, scope_key
+from store.worker import compact
+
+log = structlog.get_logger("ctxwarden.store")
+HEADS = "session_heads"
+COMPACT_EVERY = 32
+SCHEMA = pa.schema([
+    pa.field("id", pa.string()), pa.field("tenant", pa.string()),
+    pa.field("session", pa.string()), pa.field("version", pa.int64()),
+    pa.field("data", pa.string()), pa.field("time", pa.float64()),
+])
+
+
+def is_object_store(uri: str) -> bool:
+    """`s3://…`, `gs://…`, `az://…` (any scheme but `file://`); a path is local."""
+    return "://" in uri and not uri.startswith("file://")
+
+
+def _failed(what: str, exc: BaseException) -> StoreUnavailable:
+    log.error("store_unavailable", op=what, error=type(exc).__name__, detail=str(exc)[:300])
+    return unavailable(f"The context store cannot {what} right now ({type(exc).__name__});"
+                       " nothing was dropped from the conversation.")
+
+
+class SessionHeads:
+    def __init__(self, uri: str, storage_options: dict[str, str] | None = None) -> None:
+        self.uri = uri
+        self._options = storage_options
+        self._db: Any = None
+        self._table: Any = None
+        self._lock = asyncio.Lock()
+        self._writes = 0
+        self._compacting: asyncio.Task[None] | None = None
+
+    async def _open(self) -> Any:
+        if self._table is not None:
+            return self._table
+        async with self._lock:
+            if self._table is None:
+                # strong consistency: every read sees the latest commit of any replica
+                db = await lancedb.connect_async(self.uri, storage_options=self._options,
+                                                 read_consistency_interval=timedelta(0))
+                self._table = await db.create_table(HEADS, schema=SCHEMA, exist_ok=True)
+                self._db = db
+        return self._table
+
+    async def get(self, tenant: str, session: str) -> tuple[int, dict[str, Any]] | None:
+        """(version, decisions) of the session, or None if no replica wrote one yet."""
+        try:
+            tbl = await self._open()
+            rows = await (tbl.query().where(eq("id", scope_key(tenant, session)))
+                          .select(["version", "data"]).to_list())
+        except Exception as exc:
+            self._table = None  # reopen next time (the object store may come back)
+            raise _failed("read the session's state", exc) from exc
+        if not rows:
+            return None
+        row = max(rows, key=lambda r: int(r["version"]))
+        data: dict[str, Any] = json.loads(row["data"])
+        return int(row["version"]), data
+
+    async def put(self, tenant: str, session: str, version: int,
+                  data: dict[str, Any]) -> None:
+        """Publish the session's decisions as `version` (committed when it returns)."""
+        row = {"id": scope_key(tenant, session), "tenant": tenant, "session": session,
+               "version": version, "data": json.dumps(data, separators=(",", ":")),
+               "time": time.time()}
+        try:
+            tbl = await self._open()
+            await (tbl.merge_insert("id").when_matched_update_all()
+                   .when_not_matched_insert_all()
+                   .execute(pa.Table.from_pylist([row], schema=SCHEMA)))
+        except Exception as exc:
+            self._table = None
+            raise _failed("publish the session's state", exc) from exc
+        self._writes += 1
+        if self._writes % COMPACT_EVERY == 0 and (self._compacting is None
+                                                  or self._compacting.done()):
+            self._compacting = asyncio.get_running_loop().create_task(compact(tbl, HEADS))
+
+    async def close(self) -> None:
+        if self._compacting is not None and not self._compacting.done():
+            await asyncio.wait([self._compacting], timeout=5)
+        if self._table is not None:
+            self._table.close()
+            self._table = None
+        if self._db is not None:
+            self._db.close()
+            self._db = None
