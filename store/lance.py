@@ -101,6 +101,7 @@ class LanceStore:
         self._db: Any = None
         self._tables: dict[str, Any] = {}
         self._commits: dict[str, int] = {}
+        self._upgraded: set[str] = set()  # tables known to have every column of ours
         self._open_lock = asyncio.Lock()
         self._passages_lock = asyncio.Lock()
         self._dim: int | None = None  # the stored vectors' size, once the table exists
@@ -133,7 +134,8 @@ class LanceStore:
                                                  read_consistency_interval=self._consistency)
                 for name in (S.CHUNKS, S.EVENTS):
                     self._tables[name] = await _table(db, name)
-                    await self._upgrade(name)
+                    if self._logged or self.background:  # a reader leaves the store as is
+                        await self._upgrade(name)
                     await ensure_indexes(self._tables[name], name, S.INDEXED[name])
                 await self._open_newer(db, S.ATTACHMENTS)
                 await self._open_turns(db)
@@ -171,17 +173,14 @@ class LanceStore:
         return tbl
 
     async def _upgrade(self, name: str) -> None:
-        """Columns added since the table was made (chunks.message, events.media). A writer
-        must have them (its rows carry them); a reader of an older, read-only store reads
-        on without them (they read as empty)."""
-        try:
-            added = await ensure_columns(self._tables[name], SCHEMAS[name])
-        except Exception as exc:
-            if self._logged or self.background:
-                raise
-            log.warning("store_upgrade_skipped", table=name, error=type(exc).__name__,
-                        detail=str(exc)[:200])
+        """Columns added since the table was made (chunks.message, events.media): a writer
+        adds them when it opens the store (its rows carry them), a direct writer before
+        its first write; a reader never changes the store, and reads older rows without
+        them as text-only."""
+        if name in self._upgraded:
             return
+        added = await ensure_columns(self._tables[name], SCHEMAS[name])
+        self._upgraded.add(name)
         if added:
             log.info("store_upgraded", table=name, columns=added)
 
@@ -262,6 +261,8 @@ class LanceStore:
         for name in LOGGED:
             if rows.get(name):
                 try:
+                    if name in (S.CHUNKS, S.EVENTS):
+                        await self._upgrade(name)  # a no-op once the columns are there
                     await self._merge(name, rows[name], SCHEMAS[name])
                 except Exception as exc:
                     raise _unavailable("log decisions" if name == S.EVENTS else what,

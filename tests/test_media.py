@@ -11,6 +11,7 @@ from typing import Any
 
 import lancedb
 import pyarrow as pa
+import pytest
 
 from store import schema as S
 from store.base import Event, EvictedChunk, MemoryStore
@@ -127,9 +128,10 @@ async def test_lance_store_keeps_the_bytes_from_the_log_and_from_lancedb(
         await store.close()
 
 
-async def test_a_store_made_before_media_is_upgraded(tmp_path: Path) -> None:
+@pytest.mark.parametrize("background", [True, False])  # through the log, or direct
+async def test_a_store_made_before_media_is_upgraded(tmp_path: Path, background: bool) -> None:
     """An older store (chunks without `message`, events without `media`) opens, gets the
-    columns, and its old rows read as text-only."""
+    columns from its first writer (not from a reader), and its old rows read as text-only."""
     db = await lancedb.connect_async(tmp_path / "db")
     old = {S.CHUNKS: pa.schema([f for f in S.CHUNK_SCHEMA if f.name != "message"]),
            S.EVENTS: pa.schema([f for f in S.EVENT_SCHEMA if f.name != "media"])}
@@ -139,7 +141,14 @@ async def test_a_store_made_before_media_is_upgraded(tmp_path: Path) -> None:
     tbl = await db.open_table(S.CHUNKS)
     await tbl.add(pa.Table.from_pylist([{k: v for k, v in r.items() if k != "message"}
                                         for r in first], schema=old[S.CHUNKS]))
-    store = LanceStore(tmp_path / "db", FakeEmbedder())
+    reader = LanceStore(tmp_path / "db", FakeEmbedder(), background=False)  # ctxwarden log
+    try:
+        assert [c.text for c in await reader.fetch("acme", "s1", ["old"])] == ["t"]
+        assert await reader.media("acme", "s1", "old") is NO_MEDIA
+    finally:
+        await reader.close()
+    assert "message" not in (await tbl.schema()).names  # a reader changes nothing
+    store = LanceStore(tmp_path / "db", FakeEmbedder(), background=background)
     try:
         msg = with_media("see", image_part(png()))
         await store.record([evicted("c1", msg)], [evict("c1")])
