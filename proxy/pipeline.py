@@ -41,6 +41,7 @@ from proxy.tokens import REPLY_PRIMING, TokenCounter, encoding_for
 from proxy.turnlog import TurnLog, summary
 from store.base import Event, EvictedChunk, RecallQuery, Store
 from store.errors import StoreUnavailable
+from store.media import Media
 from store.relevance import Hit, Vectors
 
 log = structlog.get_logger("ctxwarden")
@@ -226,7 +227,7 @@ class Pipeline:
         out = place(out, [p.chunk.id for p, c in zip(conv.parts, costs, strict=True) if c],
                     recall.blocks)
         # offload and log (`commit`): one durable append before anything evicted leaves
-        chunks, events = self._record(rt, conv, fit, recall, tenant, session)
+        chunks, events = self._record(rt, conv, fit, recall, tenant, session, messages)
         prompt = _fingerprints(conv, costs, fit, recall.blocks)
         ratio = _prefix_ratio(state.last_prompt, prompt)
         state.last_prompt = prompt
@@ -351,7 +352,8 @@ class Pipeline:
                             passages=list(block.passages), query=result.query)
 
     def _record(self, rt: RouteRuntime, conv: Conversation, fit: Fit, recall: RecallResult,
-                tenant: str, session: str) -> tuple[list[EvictedChunk], list[Event]]:
+                tenant: str, session: str,
+                messages: list[dict[str, Any]]) -> tuple[list[EvictedChunk], list[Event]]:
         """Evicted and cut chunks with their events, restore and recall events: what this
         turn writes, in one durable store call (`_write`)."""
         policy = rt.route.policy
@@ -360,7 +362,8 @@ class Pipeline:
                   f"{p.chunk.tokens - (p.cut_tokens or 0)} tokens cut")
                  for p in fit.cut_parts]
         chunks = [EvictedChunk(tenant, session, p.chunk.id, p.chunk.turn, p.role,
-                               p.chunk.klass.value, p.chunk.tokens, p.info.text)
+                               p.chunk.klass.value, p.chunk.tokens, p.info.text,
+                               Media.of(messages[p.chunk.index]))
                   for p, _, _, _ in gone]
         events = [Event(tenant, session, conv.turn, p.chunk.id, p.chunk.klass.value,
                         p.chunk.tokens, round(score, 6), action, reason, policy,

@@ -146,8 +146,6 @@ async def evict_the_invoice(client: TestClient[Any, Any]) -> dict[str, Any]:
     raise AssertionError("the message with media was never evicted")
 
 
-@pytest.mark.xfail(strict=True, reason="needs the pipeline to hand _record the messages "
-                   "(EvictedChunk(..., Media.of(messages[p.chunk.index])))")
 async def test_an_evicted_image_and_pdf_come_back_byte_for_byte(
         aiohttp_client: ClientFactory, upstream: UpstreamServer, tmp_path: Path) -> None:
     settings = one_route(upstream.url, name="t", model="t-*", store=str(tmp_path / "db"),
