@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install serve test lint typecheck bench bench-load clean browser demo
+.PHONY: install serve test lint typecheck bench bench-load bench-scale clean browser demo
 
 install: $(VENV)/.installed
 
@@ -56,6 +56,12 @@ bench: install
 # upstream latencies (about 6 minutes on 2 cores); rewrites its section of docs/reliability.md.
 bench-load: install
 	$(BIN)/python -m bench.load --update docs/reliability.md
+
+# One, two and four replicas on one moto S3 store against one replica on local disk, every
+# session hopping replica each turn (200 sessions x 20 turns; QUICK=1: 20 x 20); rewrites
+# its section of docs/benchmarks.md.
+bench-scale: install
+	$(BIN)/python -m bench.scale $(if $(QUICK),--quick) --update docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
