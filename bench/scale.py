@@ -116,7 +116,7 @@ async def measure(args: argparse.Namespace, label: str, replicas: int,
         causes: dict[str, int] = {}
         for log in tmp.glob("proxy-*.log"):  # why a request failed: the store's own words
             for line in log.read_bytes().splitlines():
-                if b'"store_unavailable"' in line:
+                if b'"event": "store_unavailable"' in line:
                     ev = orjson.loads(line)
                     why = f"{ev.get('op')}: {str(ev.get('detail', ''))[:160]}"
                     causes[why] = causes.get(why, 0) + 1

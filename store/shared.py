@@ -6,14 +6,16 @@ replicas serve one session, each turn may land on another replica, so that state
 be the store's, not the process's. A *head* is one row per (tenant, session) in the
 table `session_heads`, next to the others on the same URI: a version number and the
 session's decisions as JSON, written after the turn's chunks and events are committed
-and before the request is forwarded. A replica reads the head on every request of a
-shared store (one point read) and reloads only when the version moved.
+and before the request is forwarded. A replica reads the head (the session's row with
+the highest version) on every request of a shared store and reloads only when the
+version moved.
 
 The head holds no text: chunk text stays in `chunks` (committed before the head names
-it), so a head never points at a chunk the store does not have. Writes are ordinary
-`merge_insert`s on the session's key (LanceDB's concurrent writers: conflicting commits
-are retried by LanceDB); the table is compacted every `COMPACT_EVERY` writes of this
-process, since every write adds a fragment that reads must open.
+it), so a head never points at a chunk the store does not have. Every publish appends
+a row (session, version): appends from many replicas commit side by side, where updates
+of one row per session conflicted under load ("Too many concurrent writers" after 30 s,
+make bench-scale). The table is compacted every `COMPACT_EVERY` writes of this process,
+since every write adds a fragment that reads must open.
 
 Failure: a head that cannot be read or written raises `StoreUnavailable` (the proxy's
 503): without it a replica cannot know whether another one evicted something since, and
@@ -40,7 +42,7 @@ log = structlog.get_logger("ctxwarden.store")
 HEADS = "session_heads"
 COMPACT_EVERY = 32
 SCHEMA = pa.schema([
-    pa.field("id", pa.string()), pa.field("tenant", pa.string()),
+    pa.field("scope", pa.string()), pa.field("tenant", pa.string()),
     pa.field("session", pa.string()), pa.field("version", pa.int64()),
     pa.field("data", pa.string()), pa.field("time", pa.float64()),
 ])
@@ -83,28 +85,26 @@ class SessionHeads:
         """(version, decisions) of the session, or None if no replica wrote one yet."""
         try:
             tbl = await self._open()
-            rows = await (tbl.query().where(eq("id", scope_key(tenant, session)))
-                          .select(["version", "data"]).to_list())
+            rows = await (tbl.query().where(eq("scope", scope_key(tenant, session)))
+                          .select(["version", "time", "data"]).to_list())
         except Exception as exc:
             self._table = None  # reopen next time (the object store may come back)
             raise _failed("read the session's state", exc) from exc
         if not rows:
             return None
-        row = max(rows, key=lambda r: int(r["version"]))
+        row = max(rows, key=lambda r: (int(r["version"]), float(r["time"])))
         data: dict[str, Any] = json.loads(row["data"])
         return int(row["version"]), data
 
     async def put(self, tenant: str, session: str, version: int,
                   data: dict[str, Any]) -> None:
         """Publish the session's decisions as `version` (committed when it returns)."""
-        row = {"id": scope_key(tenant, session), "tenant": tenant, "session": session,
+        row = {"scope": scope_key(tenant, session), "tenant": tenant, "session": session,
                "version": version, "data": json.dumps(data, separators=(",", ":")),
                "time": time.time()}
         try:
             tbl = await self._open()
-            await (tbl.merge_insert("id").when_matched_update_all()
-                   .when_not_matched_insert_all()
-                   .execute(pa.Table.from_pylist([row], schema=SCHEMA)))
+            await tbl.add(pa.Table.from_pylist([row], schema=SCHEMA))
         except Exception as exc:
             self._table = None
             raise _failed("publish the session's state", exc) from exc
