@@ -82,7 +82,8 @@ async def _section(name: str, quick: bool) -> str:
     title, intro, fn = SECTIONS[name]
     started = time.perf_counter()
     try:
-        result = fn(quick)
+        # In a worker thread: a sync section may run its own event loop (asyncio.run)
+        result = await asyncio.to_thread(fn, quick)
         body = await result if inspect.isawaitable(result) else result
         if isinstance(body, tuple):  # (markdown, figures)
             body = body[0]
@@ -135,10 +136,19 @@ async def main(out: Path | None, quick: bool, only: list[str]) -> str:
             f"{platform.python_implementation()} {platform.python_version()}, "
             f"{os.cpu_count()} CPU cores, {platform.machine()}, loopback only. "
             "Every figure below is rerun from this repository; none is typed by hand.", ""]
-    doc = "\n".join(head + parts)
+    doc = "\n".join(head + parts + (kept_sections(out.read_text())
+                                    if out is not None and out.exists() else []))
     if out is not None:
         out.write_text(doc)
     return doc
+
+
+def kept_sections(doc: str) -> list[str]:
+    """The sections of `doc` that other commands write (`make bench-scale`'s, say): a
+    full run keeps them as they are, after its own."""
+    known = {t for t, _, _ in SECTIONS.values()}
+    return [sec.rstrip("\n") + "\n" for sec in re.split(r"(?m)^(?=## )", doc)[1:]
+            if sec.split("\n", 1)[0][3:].strip() not in known]
 
 
 if __name__ == "__main__":
