@@ -16,6 +16,9 @@ local disk: `wal_dir`, by default `./data/wal/<digest of the URI>` (relative to 
 directory; not under /tmp, which a reboot may empty). Give each replica its own.
 `background=False` (a reader such as `ctxwarden log`, or a one-shot tool) has no
 replayer: it reads the log but writes straight to LanceDB, committed before it returns.
+So does `wal=False` on an object store (replicas sharing it, docs/deploy.md): no local
+log at all; a record's tables commit side by side, a lost commit race is retried
+(`store.shared.retrying`), and the object store's timeouts are bounded (`with_timeouts`).
 
 Failure: a log that cannot be written (read-only or full disk) and, without a log, any
 LanceDB error while writing surface as `StoreUnavailable` (the proxy answers 503
@@ -54,7 +57,8 @@ from store.errors import StoreUnavailable, unavailable
 from store.journal import Journal
 from store.media import NO_MEDIA, Media
 from store.search import fill, id_matches, id_terms, nearest
-from store.wal import WriteAheadLog
+from store.shared import is_object_store, retrying, with_timeouts
+from store.wal import Loaded, WriteAheadLog
 from store.worker import (
     EmbedWorker,
     Row,
@@ -96,7 +100,7 @@ class LanceStore:
         self.passage_tokens = passage_tokens
         self.hybrid = hybrid
         self.background = background  # False: a reader (ctxwarden log), never embeds
-        self._storage_options = storage_options
+        self._storage_options = with_timeouts(self.uri, storage_options)
         self._consistency = read_consistency_interval
         self._db: Any = None
         self._tables: dict[str, Any] = {}
@@ -113,6 +117,8 @@ class LanceStore:
         self.journal = Journal(WriteAheadLog(self.wal_dir, writer=writes_log), self._replay,
                                LOGGED, replay=replay and writes_log)
         self._logged = writes_log  # writes go to the log (else straight to LanceDB)
+        # a replica of a shared store: no log of its own (`wal_dir` would keep one)
+        self._shared = not writes_log and background and is_object_store(self.uri)
 
     # -- opening ---------------------------------------------------------------------------
     async def open(self) -> None:
@@ -140,7 +146,9 @@ class LanceStore:
                 await self._open_newer(db, S.ATTACHMENTS)
                 await self._open_turns(db)
                 await self._open_passages(None, db)
-                loaded = await asyncio.to_thread(self.journal.wal.load)
+                # a replica on a shared store has no log of its own to read
+                loaded = (Loaded() if self._shared else
+                          await asyncio.to_thread(self.journal.wal.load))
                 self._db = db
             except Exception as exc:
                 self._tables.clear()
@@ -217,7 +225,8 @@ class LanceStore:
     async def _commit(self, name: str, rows: list[dict[str, Any]], sch: pa.Schema) -> None:
         tbl = self._tables[name]
         data = S.arrow(name, rows, sch)
-        await tbl.merge_insert("id").when_not_matched_insert_all().execute(data)
+        await retrying(lambda: tbl.merge_insert("id").when_not_matched_insert_all()
+                       .execute(data), name)
         self._commits[name] = self._commits.get(name, 0) + 1
 
     # -- the Store protocol ----------------------------------------------------------------
@@ -257,16 +266,23 @@ class LanceStore:
             raise _unavailable(what, exc) from exc
 
     async def _direct(self, rows: dict[str, list[Row]], what: str) -> None:
-        """Without a log: committed to LanceDB before it returns (chunks first)."""
-        for name in LOGGED:
-            if rows.get(name):
-                try:
-                    if name in (S.CHUNKS, S.EVENTS):
-                        await self._upgrade(name)  # a no-op once the columns are there
-                    await self._merge(name, rows[name], SCHEMAS[name])
-                except Exception as exc:
-                    raise _unavailable("log decisions" if name == S.EVENTS else what,
-                                       exc) from exc
+        """Without a log: committed to LanceDB before it returns, every table at once (one
+        commit's round trips, not one per table). An event may so commit while its chunk
+        fails: `evicted_ids` only believes evictions whose chunk is stored."""
+        async def one(name: str) -> None:
+            try:
+                if name in (S.CHUNKS, S.EVENTS):
+                    await self._upgrade(name)  # a no-op once the columns are there
+                await self._merge(name, rows[name], SCHEMAS[name])
+            except Exception as exc:
+                raise _unavailable("log decisions" if name == S.EVENTS else what,
+                                   exc) from exc
+
+        done = await asyncio.gather(*(one(n) for n in LOGGED if rows.get(n)),
+                                    return_exceptions=True)
+        failed = next((e for e in done if isinstance(e, BaseException)), None)
+        if failed is not None:
+            raise failed
 
     async def _replay(self, rows: dict[str, list[Row]]) -> None:
         """The journal's apply: logged rows into LanceDB (chunks first), then upkeep."""
@@ -317,8 +333,13 @@ class LanceStore:
         rows = await self._rows(S.EVENTS, S.eq("scope", scope)
                                 + " AND action IN ('evict', 'restore')",
                                 ["chunk_id", "action", "turn", "time"], "read evictions")
-        return latest_evicted((r["turn"], r["time"], r["chunk_id"], r["action"])
-                              for r in (*rows, *logged))
+        evicted = latest_evicted((r["turn"], r["time"], r["chunk_id"], r["action"])
+                                 for r in (*rows, *logged))
+        if self._logged or not evicted:
+            return evicted
+        # written without a log, an eviction's event may have committed without its chunk
+        # (`_direct`: the request failed, nothing was forwarded): not evicted then
+        return {c.chunk_id for c in await self.fetch(tenant, session, sorted(evicted))}
 
     async def events(self, tenant: str, session: str) -> list[Event]:
         await self._ready()

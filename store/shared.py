@@ -17,30 +17,48 @@ of one row per session conflicted under load ("Too many concurrent writers" afte
 make bench-scale). The table is compacted every `COMPACT_EVERY` writes of this process,
 since every write adds a fragment that reads must open.
 
+Writers: the heads of concurrent requests share one commit (`GroupCommit`, as the
+tables' rows do), so each table has at most one writer per replica; a commit that still
+loses LanceDB's race ("Too many concurrent writers", a commit conflict) is tried again
+after a jittered backoff (`retrying`, also used by store/lance.py).
+
 Failure: a head that cannot be read or written raises `StoreUnavailable` (the proxy's
 503): without it a replica cannot know whether another one evicted something since, and
-forwarding could resend what was evicted.
+forwarding could resend what was evicted. `with_timeouts` bounds how long an object store
+that does not answer holds a request (object_store retries for 180 s by default).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
+import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import lancedb
 import pyarrow as pa
 import structlog
 
+from store.commits import GroupCommit
 from store.errors import StoreUnavailable, unavailable
 from store.schema import eq, scope_key
 from store.worker import compact
 
 log = structlog.get_logger("ctxwarden.store")
+T = TypeVar("T")
 HEADS = "session_heads"
-COMPACT_EVERY = 32
+COMPACT_EVERY = 32  # commits of this process between compactions of the heads
+# LanceDB's words for a commit that lost the race to another writer (retryable)
+CONFLICTS = ("too many concurrent writers", "commit conflict")
+RETRY_FOR = 60.0  # s of our own retries, beyond LanceDB's, before a write gives up
+# object_store's defaults hold a request up to 180 s (10 retries) when the store does not
+# answer; a replica should answer 503 in seconds instead. The user's options win.
+TIMEOUTS = {"connect_timeout": "2s", "timeout": "30s", "client_max_retries": "3",
+            "client_retry_timeout": "10"}
 SCHEMA = pa.schema([
     pa.field("scope", pa.string()), pa.field("tenant", pa.string()),
     pa.field("session", pa.string()), pa.field("version", pa.int64()),
@@ -53,19 +71,55 @@ def is_object_store(uri: str) -> bool:
     return "://" in uri and not uri.startswith("file://")
 
 
+def with_timeouts(uri: str, options: dict[str, str] | None) -> dict[str, str] | None:
+    """An object store's options with our bounded timeouts where the user set none."""
+    if not is_object_store(uri):
+        return options
+    given = {k.lower() for k in options or {}}
+    return {**{k: v for k, v in TIMEOUTS.items() if k not in given}, **(options or {})}
+
+
+def is_conflict(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(c in text for c in CONFLICTS)
+
+
+async def retrying(write: Callable[[], Awaitable[T]], what: str,
+                   budget: float = RETRY_FOR) -> T:
+    """`write()`, again after 0.05-2 s (jittered, doubling) while it loses a commit race
+    and `budget` s have not passed; any other error at once. Only for idempotent writes
+    (merge_insert on an id, an append read by its highest version)."""
+    loop = asyncio.get_running_loop()
+    deadline, attempt = loop.time() + budget, 0
+    while True:
+        try:
+            return await write()
+        except Exception as exc:
+            if not is_conflict(exc) or loop.time() >= deadline:
+                raise
+            attempt += 1
+            delay = random.uniform(0.5, 1.0) * min(2.0, 0.05 * 2 ** attempt)
+            log.info("store_commit_conflict", table=what, attempt=attempt,
+                     retry_in=round(delay, 3))
+            await asyncio.sleep(delay)
+
+
 def _failed(what: str, exc: BaseException) -> StoreUnavailable:
     log.error("store_unavailable", op=what, error=type(exc).__name__, detail=str(exc)[:300])
-    return unavailable(f"The context store cannot {what} right now ({type(exc).__name__});"
-                       " nothing was dropped from the conversation.")
+    # the client's message names no exception: which one LanceDB raises for an unreachable
+    # store varies (RuntimeError on a read, ValueError on reopening); the log line has it
+    return unavailable(f"The context store cannot {what} right now; nothing was dropped"
+                       " from the conversation.")
 
 
 class SessionHeads:
     def __init__(self, uri: str, storage_options: dict[str, str] | None = None) -> None:
         self.uri = uri
-        self._options = storage_options
+        self._options = with_timeouts(uri, storage_options)
         self._db: Any = None
         self._table: Any = None
         self._lock = asyncio.Lock()
+        self._group = GroupCommit(self._commit)
         self._writes = 0
         self._compacting: asyncio.Task[None] | None = None
 
@@ -98,16 +152,23 @@ class SessionHeads:
 
     async def put(self, tenant: str, session: str, version: int,
                   data: dict[str, Any]) -> None:
-        """Publish the session's decisions as `version` (committed when it returns)."""
-        row = {"scope": scope_key(tenant, session), "tenant": tenant, "session": session,
+        """Publish the session's decisions as `version` (committed when it returns; the
+        heads of concurrent requests share the commit)."""
+        row = {"id": uuid.uuid4().hex,  # never merged away with another request's head
+               "scope": scope_key(tenant, session), "tenant": tenant, "session": session,
                "version": version, "data": json.dumps(data, separators=(",", ":")),
                "time": time.time()}
         try:
-            tbl = await self._open()
-            await tbl.add(pa.Table.from_pylist([row], schema=SCHEMA))
+            await self._open()
+            await self._group.merge(HEADS, [row], SCHEMA)
         except Exception as exc:
             self._table = None
             raise _failed("publish the session's state", exc) from exc
+
+    async def _commit(self, name: str, rows: list[dict[str, Any]], sch: pa.Schema) -> None:
+        tbl = await self._open()
+        data = pa.Table.from_pylist(rows, schema=sch)
+        await retrying(lambda: tbl.add(data), name)
         self._writes += 1
         if self._writes % COMPACT_EVERY == 0 and (self._compacting is None
                                                   or self._compacting.done()):
