@@ -4,15 +4,19 @@
 answers; `bucket()` creates a fresh bucket and gives the `s3://` URI and the
 `storage_options` LanceDB (and `store.storage_options`) take for it. moto keeps its
 buckets in memory, so an object store that goes away and comes back with its data is
-modelled by a relay in front of it that refuses connections while `down` (`Relay`).
+modelled by a relay in front of it (`Relay`): a TCP forwarder on its own port that,
+while down, has no listener (connections are refused) and has cut every open one.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -87,10 +91,13 @@ class MotoServer:
     def client(self) -> Any:
         return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1", **KEYS)
 
-    def storage_options(self, *, keys: bool = True) -> dict[str, str]:
-        """LanceDB's options for this server; `keys=False` leaves the keys to the
-        environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), as production does."""
-        opts = {"endpoint": self.endpoint, "allow_http": "true", "region": "us-east-1"}
+    def storage_options(self, *, keys: bool = True,
+                        endpoint: str | None = None) -> dict[str, str]:
+        """LanceDB's options for this server (or a `Relay` to it: `endpoint`); `keys=False`
+        leaves the keys to the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), as
+        production does."""
+        opts = {"endpoint": endpoint or self.endpoint, "allow_http": "true",
+                "region": "us-east-1"}
         return {**opts, **KEYS} if keys else opts
 
     def bucket(self, prefix: str = "ctxwarden") -> str:
@@ -99,6 +106,90 @@ class MotoServer:
         self.client().create_bucket(Bucket=name)
         self.buckets.append(name)
         return f"s3://{name}/{prefix}"
+
+
+class Relay:
+    """127.0.0.1:<port> forwarded to moto's port, switched off and on by the test. Runs its
+    own event loop in a thread, so it serves an app in the test's loop and other
+    processes alike."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target = target_port
+        self.port = free_port()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.Server | None = None
+        self._open: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Relay:
+        self._thread.start()
+        self.up()
+        return self
+
+    def up(self) -> None:
+        """Listen again, on the same port."""
+        asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(10)
+
+    def down(self) -> None:
+        """Refuse new connections and cut the open ones (the store is unreachable)."""
+        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(10)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    async def _listen(self) -> None:
+        if self._server is None:
+            self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port)
+
+    async def _close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for w in list(self._open):
+            w.transport.abort()
+
+    async def _shutdown(self) -> None:
+        await self._close()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        self._open.add(writer)
+        up_writer: asyncio.StreamWriter | None = None
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+            self._open.add(up_writer)
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        except OSError:
+            pass
+        finally:
+            for w in (writer, up_writer):
+                if w is not None:
+                    self._open.discard(w)
+                    w.close()
+                    with contextlib.suppress(OSError):
+                        await w.wait_closed()
+            self._tasks.discard(task)
+
+
+async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+        while data := await src.read(65536):
+            dst.write(data)
+            await dst.drain()
+    with contextlib.suppress(OSError):
+        if dst.can_write_eof():
+            dst.write_eof()
 
 
 @pytest.fixture(scope="session")
@@ -112,3 +203,13 @@ def moto() -> Iterator[MotoServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def relay(moto: MotoServer) -> Iterator[Relay]:
+    """A relay to the session's moto server, up; the test switches it off and on."""
+    r = Relay(moto.port).start()
+    try:
+        yield r
+    finally:
+        r.stop()
