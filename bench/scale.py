@@ -36,6 +36,7 @@ from bench.harness import free_port, wait_ready
 from bench.load import _pct, update
 from bench.load_checks import ADMIN, KEYS, key_of, lost_events
 from bench.load_paths import FixedLatencyUpstream, Run, aiohttp_sender, drive
+from bench.scale_costs import costs, describe
 from tests.support.s3 import ENV_KEYS, MotoServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,44 +127,6 @@ async def measure(args: argparse.Namespace, label: str, replicas: int,
             "causes": causes}
 
 
-async def costs(moto: MotoServer, n: int = 40) -> dict[str, tuple[float, float]]:
-    """p50 / p95 ms, on the moto store alone (nothing else running): the per-request head
-    read, a head publish, and `record` of 3 chunks + 3 events committed to the store."""
-    import time
-    from datetime import timedelta
-
-    from store.base import Event, EvictedChunk
-    from store.lance import LanceStore
-    from store.shared import SessionHeads
-    from tests.support.fakes import FakeEmbedder
-
-    os.environ.update(ENV_KEYS)
-    uri, opts = moto.bucket(), moto.storage_options(keys=False)
-    heads = SessionHeads(uri, opts)
-    store = LanceStore(uri, FakeEmbedder(), storage_options=opts, wal=False,
-                       read_consistency_interval=timedelta(0), background=False)
-    took: dict[str, list[float]] = {"head read": [], "head publish": [], "record": []}
-    try:
-        for i in range(n):
-            t0 = time.perf_counter()
-            await heads.put("t", f"s{i % 8}", i, {"evicted": [f"c{j}" for j in range(i)]})
-            t1 = time.perf_counter()
-            await heads.get("t", f"s{i % 8}")
-            t2 = time.perf_counter()
-            await store.record([EvictedChunk("t", "s", f"c{i}-{k}", i, "tool", "TRANSIENT", 300,
-                                             "x " * 600) for k in range(3)],
-                               [Event("t", "s", i, f"c{i}-{k}", "TRANSIENT", 300, 0.1, "evict",
-                                      "bench", "rwoe") for k in range(3)])
-            t3 = time.perf_counter()
-            for k, v in (("head publish", t1 - t0), ("head read", t2 - t1),
-                         ("record", t3 - t2)):
-                took[k].append(v * 1000)
-    finally:
-        await heads.close()
-        await store.close()
-    return {k: (_pct(v, 50), _pct(v, 95)) for k, v in took.items()}
-
-
 def report(args: argparse.Namespace, results: list[dict[str, Any]]) -> str:
     ref = results[0]
     want = {b.rsplit(":", 1)[0]: b for b in ref["bodies"]}
@@ -190,10 +153,7 @@ def report(args: argparse.Namespace, results: list[dict[str, Any]]) -> str:
         for why, k in sorted(res["causes"].items()):
             lines.append(f"- {res['label']}: {k} × store_unavailable ({why})")
     if "costs" in results[0]:
-        lines += ["", "On the moto store alone, p50 / p95 ms (`costs`): " + ", ".join(
-            f"{k} {v[0]:.1f} / {v[1]:.1f}" for k, v in results[0]["costs"].items())
-                  + ". Every request of a shared store reads its session's head; a turn "
-                  "that evicts commits its record, then the head."]
+        lines += ["", describe(results[0]["costs"])]
     return "\n".join(lines)
 
 
