@@ -144,11 +144,10 @@ async def main(out: Path | None, quick: bool, only: list[str]) -> str:
 
 
 def kept_sections(doc: str) -> list[str]:
-    """The sections of `doc` that other commands write (`make bench-scale`'s, say): a
-    full run keeps them as they are, after its own."""
-    known = {t for t, _, _ in SECTIONS.values()}
+    """The sections of `doc` that other commands write, marked `<!-- name:begin -->`
+    (`make bench-scale`'s): a full run keeps them as they are, after its own."""
     return [sec.rstrip("\n") + "\n" for sec in re.split(r"(?m)^(?=## )", doc)[1:]
-            if sec.split("\n", 1)[0][3:].strip() not in known]
+            if re.search(r"<!-- [\w-]+:begin -->", sec)]
 
 
 if __name__ == "__main__":
