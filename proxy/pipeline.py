@@ -40,7 +40,7 @@ from proxy.session import SessionKey, Sessions, SessionState
 from proxy.tokens import REPLY_PRIMING, TokenCounter, encoding_for
 from proxy.turnlog import TurnLog, summary
 from store.base import Event, EvictedChunk, RecallQuery, Store
-from store.errors import StoreUnavailable
+from store.errors import EventsUnrecorded, StoreUnavailable
 from store.media import Media
 from store.relevance import Hit, Vectors
 
@@ -260,15 +260,17 @@ class Pipeline:
 
     async def _write(self, chunks: list[EvictedChunk], events: list[Event]) -> None:
         """One durable append. When it fails with chunks in it, nothing was dropped: the
-        StoreUnavailable reaches the client as a 503. A write of events alone (a recall or
-        a restore: nothing leaves the request) does not fail the request: the decisions
-        go to the log line `events_unrecorded` and the write is retried in the background."""
+        StoreUnavailable reaches the client as a 503. When only the events failed (a
+        write of events alone: a recall or a restore, nothing leaves the request; or a
+        store without the log that stored the chunks, `EventsUnrecorded`), the request goes
+        on: the decisions go to the log line `events_unrecorded` and are retried in the
+        background."""
         if not (chunks or events):
             return
         try:
             await self.store.record(chunks, events)
-        except StoreUnavailable as exc:
-            if chunks:
+        except (StoreUnavailable, EventsUnrecorded) as exc:
+            if chunks and not isinstance(exc, EventsUnrecorded):
                 raise
             log.warning("events_unrecorded", error=str(exc), retry=True,
                         events=[f"{e.action} {e.chunk_id}: {e.reason}" for e in events])

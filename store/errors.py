@@ -6,6 +6,9 @@ store. Store code raises it through `unavailable(message)`, which builds the cla
 embedding application registered with `raise_as` (the proxy registers its 503 error, a
 subclass of this one, in proxy/errors.py), so the application's one error boundary
 answers it without knowing the store; without a registration it is this class.
+
+`EventsUnrecorded`: a write without the log (a store shared by replicas) stored its
+chunks but not its events: nothing evicted is lost, only the decisions' log.
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ class StoreError(Exception):
 
 class StoreUnavailable(StoreError):
     pass
+
+
+class EventsUnrecorded(StoreError):
+    """A write's chunks are durable but its events (the decision log) are not: nothing
+    evicted is lost, so the caller may go on; it should keep the events and retry them."""
 
 
 _raised: type[StoreUnavailable] = StoreUnavailable

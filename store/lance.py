@@ -53,7 +53,7 @@ from store.base import (
 )
 from store.commits import GroupCommit
 from store.embed import Embedder
-from store.errors import StoreUnavailable, unavailable
+from store.errors import EventsUnrecorded, StoreUnavailable, unavailable
 from store.journal import Journal
 from store.media import NO_MEDIA, Media
 from store.search import fill, id_matches, id_terms, nearest
@@ -266,9 +266,10 @@ class LanceStore:
             raise _unavailable(what, exc) from exc
 
     async def _direct(self, rows: dict[str, list[Row]], what: str) -> None:
-        """Without a log: committed to LanceDB before it returns, every table at once (one
-        commit's round trips, not one per table). An event may so commit while its chunk
-        fails: `evicted_ids` only believes evictions whose chunk is stored."""
+        """Without a log: committed to LanceDB before it returns. Chunks and attachments
+        side by side, then the events, so the decision log never holds an eviction whose
+        chunk failed. Chunks stored and events not: `EventsUnrecorded` (nothing is lost,
+        the caller keeps the events and retries them)."""
         async def one(name: str) -> None:
             try:
                 if name in (S.CHUNKS, S.EVENTS):
@@ -278,11 +279,18 @@ class LanceStore:
                 raise _unavailable("log decisions" if name == S.EVENTS else what,
                                    exc) from exc
 
-        done = await asyncio.gather(*(one(n) for n in LOGGED if rows.get(n)),
-                                    return_exceptions=True)
+        first = [n for n in LOGGED if n != S.EVENTS and rows.get(n)]
+        done = await asyncio.gather(*(one(n) for n in first), return_exceptions=True)
         failed = next((e for e in done if isinstance(e, BaseException)), None)
         if failed is not None:
             raise failed
+        if rows.get(S.EVENTS):
+            try:
+                await one(S.EVENTS)
+            except StoreUnavailable as exc:
+                if S.CHUNKS not in first:
+                    raise
+                raise EventsUnrecorded(exc.message) from exc
 
     async def _replay(self, rows: dict[str, list[Row]]) -> None:
         """The journal's apply: logged rows into LanceDB (chunks first), then upkeep."""
