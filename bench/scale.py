@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -119,7 +120,8 @@ async def measure(args: argparse.Namespace, label: str, replicas: int,
             for line in log.read_bytes().splitlines():
                 if b'"event": "store_unavailable"' in line:
                     ev = orjson.loads(line)
-                    why = f"{ev.get('op')}: {str(ev.get('detail', ''))[:160]}"
+                    detail = re.sub(r"https?://\S+", "<url>", str(ev.get("detail", "")))
+                    why = f"{ev.get('op')}: {detail[:240]}"
                     causes[why] = causes.get(why, 0) + 1
         shutil.rmtree(tmp, ignore_errors=True)
     bodies = {f"{name}/{b}" for name, d in deps.items() for b in d.get("bodies", [])}

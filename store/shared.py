@@ -20,7 +20,9 @@ since every write adds a fragment that reads must open.
 Writers: the heads of concurrent requests share one commit (`GroupCommit`, as the
 tables' rows do), so each table has at most one writer per replica; a commit that still
 loses LanceDB's race ("Too many concurrent writers", a commit conflict) is tried again
-after a jittered backoff (`retrying`, also used by store/lance.py).
+after a jittered backoff, and a write whose request failed on the way a few times
+(`retrying`, also used by store/lance.py for its commits; reads are retried by
+object_store itself, a conditional PUT is not).
 
 Failure: a head that cannot be read or written raises `StoreUnavailable` (the proxy's
 503): without it a replica cannot know whether another one evicted something since, and
@@ -55,10 +57,14 @@ COMPACT_EVERY = 32  # commits of this process between compactions of the heads
 # LanceDB's words for a commit that lost the race to another writer (retryable)
 CONFLICTS = ("too many concurrent writers", "commit conflict")
 RETRY_FOR = 60.0  # s of our own retries, beyond LanceDB's, before a write gives up
+# object_store's words for a request that failed on the way (refused, reset, timed out):
+# tried TRANSIENT more times (object_store does not retry a conditional PUT, LanceDB's
+# commit of a manifest; under load moto took more than a 2 s connect timeout)
+TRANSIENTS = ("error sending request", "error performing", "timed out")
+TRANSIENT = 3
 # object_store's defaults hold a request up to 180 s (10 retries) when the store does not
 # answer; a replica should answer 503 in seconds instead. The user's options win.
-TIMEOUTS = {"connect_timeout": "2s", "timeout": "30s", "client_max_retries": "3",
-            "client_retry_timeout": "10"}
+TIMEOUTS = {"timeout": "30s", "client_max_retries": "3", "client_retry_timeout": "10"}
 SCHEMA = pa.schema([
     pa.field("scope", pa.string()), pa.field("tenant", pa.string()),
     pa.field("session", pa.string()), pa.field("version", pa.int64()),
@@ -84,23 +90,34 @@ def is_conflict(exc: BaseException) -> bool:
     return any(c in text for c in CONFLICTS)
 
 
-async def retrying(write: Callable[[], Awaitable[T]], what: str,
+def is_transient(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(c in text for c in TRANSIENTS)
+
+
+async def retrying(call: Callable[[], Awaitable[T]], what: str,
                    budget: float = RETRY_FOR) -> T:
-    """`write()`, again after 0.05-2 s (jittered, doubling) while it loses a commit race
-    and `budget` s have not passed; any other error at once. Only for idempotent writes
-    (merge_insert on an id, an append read by its highest version)."""
+    """`call()`, again after 0.05-2 s (jittered, doubling) while it loses a commit race
+    and `budget` s have not passed, or up to TRANSIENT times when a request failed on the
+    way; any other error at once. Only for idempotent calls: reads, a merge_insert on an
+    id, an append read by its highest version (a commit whose answer was lost and that is
+    made again adds nothing, or a copy of the same head)."""
     loop = asyncio.get_running_loop()
-    deadline, attempt = loop.time() + budget, 0
+    deadline, attempt, transient = loop.time() + budget, 0, 0
     while True:
         try:
-            return await write()
+            return await call()
         except Exception as exc:
-            if not is_conflict(exc) or loop.time() >= deadline:
+            if is_conflict(exc) and loop.time() < deadline:
+                why = "conflict"
+            elif is_transient(exc) and transient < TRANSIENT:
+                why, transient = "transient", transient + 1
+            else:
                 raise
             attempt += 1
             delay = random.uniform(0.5, 1.0) * min(2.0, 0.05 * 2 ** attempt)
-            log.info("store_commit_conflict", table=what, attempt=attempt,
-                     retry_in=round(delay, 3))
+            log.info("store_retry", table=what, why=why, attempt=attempt,
+                     retry_in=round(delay, 3), detail=str(exc)[-160:])
             await asyncio.sleep(delay)
 
 
