@@ -520,8 +520,9 @@ async def _table(db: Any, name: str) -> Any:
     is older than ours (columns are added by `_upgrade`)."""
     try:
         return await db.open_table(name)
-    except ValueError:  # not created yet
-        return await db.create_table(name, schema=SCHEMAS[name], exist_ok=True)
+    except ValueError:  # not created yet; replicas started together race to create it
+        return await retrying(lambda: db.create_table(name, schema=SCHEMAS[name],
+                                                      exist_ok=True), name)
 
 
 def _union(rows: list[Row], logged: list[Row]) -> list[Row]:

@@ -148,7 +148,9 @@ class SessionHeads:
                 # strong consistency: every read sees the latest commit of any replica
                 db = await lancedb.connect_async(self.uri, storage_options=self._options,
                                                  read_consistency_interval=timedelta(0))
-                self._table = await db.create_table(HEADS, schema=SCHEMA, exist_ok=True)
+                # replicas started together race to create it: the losers open it
+                self._table = await retrying(
+                    lambda: db.create_table(HEADS, schema=SCHEMA, exist_ok=True), HEADS)
                 self._db = db
         return self._table
 
