@@ -341,13 +341,8 @@ class LanceStore:
         rows = await self._rows(S.EVENTS, S.eq("scope", scope)
                                 + " AND action IN ('evict', 'restore')",
                                 ["chunk_id", "action", "turn", "time"], "read evictions")
-        evicted = latest_evicted((r["turn"], r["time"], r["chunk_id"], r["action"])
-                                 for r in (*rows, *logged))
-        if self._logged or not evicted:
-            return evicted
-        # written without a log, an eviction's event may have committed without its chunk
-        # (`_direct`: the request failed, nothing was forwarded): not evicted then
-        return {c.chunk_id for c in await self.fetch(tenant, session, sorted(evicted))}
+        return latest_evicted((r["turn"], r["time"], r["chunk_id"], r["action"])
+                              for r in (*rows, *logged))
 
     async def events(self, tenant: str, session: str) -> list[Event]:
         await self._ready()
