@@ -17,7 +17,7 @@ directory; not under /tmp, which a reboot may empty). Give each replica its own.
 `background=False` (a reader such as `ctxwarden log`, or a one-shot tool) has no
 replayer: it reads the log but writes straight to LanceDB, committed before it returns.
 So does `wal=False` on an object store (replicas sharing it, docs/deploy.md): no local
-log at all; a record's tables commit side by side, a lost commit race is retried
+log at all; a record's chunks commit before its events, a lost commit race is retried
 (`store.shared.retrying`), and the object store's timeouts are bounded (`with_timeouts`).
 
 Failure: a log that cannot be written (read-only or full disk) and, without a log, any
