@@ -41,16 +41,9 @@ class FixedLatencyUpstream(UpstreamServer):
         self.latency_s = latency_s
         self.deps: dict[str, dict[str, set[str]]] = {}
 
-    async def start(self, port: int = 0) -> UpstreamServer:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_get("/v1/models", self._models)
+    def routes(self, app: web.Application) -> None:
+        super().routes(app)
         app.router.add_get("/v1/_deps", self._deps)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", port).start()
-        self.url = f"http://127.0.0.1:{port}/v1"
-        return self
 
     def _validate(self, body: dict[str, Any]) -> int:
         msgs = body.get("messages")

@@ -5,11 +5,8 @@ passage it recalled, is still there."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,41 +18,12 @@ import orjson
 
 from store.embed import get_embedder
 from store.lance import LanceStore
-from tests.support.app import STUB
+from tests.support.crash import dependencies, kill, serve, wait_up
 from tests.support.messages import assistant, call, filler, tool, user
 from tests.support.openai_server import UpstreamServer
 from tests.support.wire import closed_port
 
-ROOT = Path(__file__).resolve().parents[1]
-RECALLED = re.compile(r"\[chunk ([0-9a-f~]+), turn \d+, \w+\]")
 AGENTS, WINDOW = 6, 3000
-
-
-def serve(cfg: Path, log: Path | None = None) -> subprocess.Popen[bytes]:
-    """`ctxwarden serve` in its own process; its log lines (stderr) to `log` if given."""
-    exe = Path(sys.executable).with_name("ctxwarden")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "proxy.cli"]
-    with contextlib.ExitStack() as stack:
-        err = stack.enter_context(log.open("ab")) if log is not None else subprocess.DEVNULL
-        return subprocess.Popen([*cmd, "serve", "--config", str(cfg)], cwd=ROOT,
-                                stdout=subprocess.DEVNULL, stderr=err)
-
-
-def kill(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGKILL)
-    proc.wait()
-
-
-async def wait_up(http: aiohttp.ClientSession, url: str, proc: subprocess.Popen[bytes]) -> None:
-    for _ in range(300):
-        assert proc.poll() is None, "ctxwarden serve exited"
-        with contextlib.suppress(aiohttp.ClientError):
-            async with http.get(f"{url}/healthz") as r:
-                if r.status == 200:
-                    return
-        await asyncio.sleep(0.1)
-    raise TimeoutError(url)
 
 
 async def agent(http: aiohttp.ClientSession, url: str, name: str, go: asyncio.Event,
@@ -77,19 +45,6 @@ async def agent(http: aiohttp.ClientSession, url: str, name: str, go: asyncio.Ev
             counts["answered"] += 1
         except (aiohttp.ClientError, OSError):
             return  # the proxy died under us
-
-
-def dependencies(history: list[Any]) -> dict[str, tuple[set[str], set[str]]]:
-    """Per session: chunks a forwarded request replaced by stubs, and chunks it recalled."""
-    out: dict[str, tuple[set[str], set[str]]] = {}
-    for rec in history:
-        msgs = rec.body["messages"]
-        name = msgs[0]["content"].removeprefix("You are agent ").rstrip(".")
-        stubs, recalled = out.setdefault(name, (set(), set()))
-        stubs.update(STUB.findall(orjson.dumps(msgs).decode()))
-        for m in msgs:  # a block stays on the message it was first attached to
-            recalled.update(RECALLED.findall(str(m.get("content"))))
-    return out
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout: float = 30.0) -> None:

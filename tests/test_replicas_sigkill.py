@@ -10,12 +10,6 @@ shared store, whichever replica forwarded it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import re
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,15 +19,13 @@ import orjson
 import pytest
 
 from store.lance import LanceStore
-from tests.support.app import STUB
+from tests.support.crash import dependencies, kill, serve, wait_up
 from tests.support.fakes import FakeEmbedder
 from tests.support.messages import assistant, call, filler, tool, user
 from tests.support.openai_server import UpstreamServer
 from tests.support.s3 import ENV_KEYS, MotoServer, moto  # noqa: F401  (the fixture)
 from tests.support.wire import closed_port
 
-ROOT = Path(__file__).resolve().parents[1]
-RECALLED = re.compile(r"\[chunk ([0-9a-f~]+), turn \d+, \w+\]")
 AGENTS, TURNS, KILL_AFTER, WINDOW = 6, 16, 30, 3000
 
 
@@ -50,25 +42,13 @@ class Replica:
                             "model": "openai/gpt-4o", "api_base": upstream.url,
                             "api_key": "sk-up"}}]}).decode())
         self.log = tmp / f"replica-{self.port}.log"
-        with self.log.open("wb") as err:  # the child keeps its own copy of the file
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "proxy.cli", "serve", "--config", str(self.cfg)],
-                cwd=ROOT, env={**os.environ, **ENV_KEYS}, stdout=subprocess.DEVNULL, stderr=err)
+        self.proc = serve(self.cfg, self.log, ENV_KEYS)
 
     async def ready(self, http: aiohttp.ClientSession) -> None:
-        for _ in range(600):
-            assert self.proc.poll() is None, "ctxwarden serve exited"
-            with contextlib.suppress(aiohttp.ClientError):
-                async with http.get(f"{self.url}/healthz") as r:
-                    if r.status == 200:
-                        return
-            await asyncio.sleep(0.1)
-        raise TimeoutError(self.url)
+        await wait_up(http, self.url, self.proc, tries=600)
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
+        kill(self.proc)
 
 
 @pytest.fixture
@@ -112,19 +92,6 @@ async def agent(http: aiohttp.ClientSession, both: list[Replica], i: int,
         counts["answered"] += 1
         if counts["answered"] >= KILL_AFTER:
             answered.set()
-
-
-def dependencies(history: list[Any]) -> dict[str, tuple[set[str], set[str]]]:
-    """Per session: chunks a forwarded request replaced by stubs, and chunks it recalled."""
-    out: dict[str, tuple[set[str], set[str]]] = {}
-    for rec in history:
-        msgs = rec.body["messages"]
-        name = msgs[0]["content"].removeprefix("You are agent ").rstrip(".")
-        stubs, recalled = out.setdefault(name, (set(), set()))
-        stubs.update(STUB.findall(orjson.dumps(msgs).decode()))
-        for m in msgs:
-            recalled.update(RECALLED.findall(str(m.get("content"))))
-    return out
 
 
 async def test_a_replica_sigkilled_under_load_the_other_goes_on_and_nothing_is_lost(

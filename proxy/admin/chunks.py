@@ -33,15 +33,19 @@ from store.media import Media
 CHUNK = "/admin/sessions/{session}/chunks/{chunk_id}"
 
 
-async def _find(request: web.Request) -> tuple[str, EvictedChunk, Media]:
-    session, chunk_id = request.match_info["session"], request.match_info["chunk_id"]
-    tenant = tenant_of(request)
-    store = request.app[STORE]
-    found = await store.fetch(tenant, session, [chunk_id])
+async def offloaded(request: web.Request, session: str, chunk_id: str) -> EvictedChunk:
+    """The caller's tenant's offloaded chunk, else a 404 `chunk_not_found`."""
+    found = await request.app[STORE].fetch(tenant_of(request), session, [chunk_id])
     if not found:
         raise RouteNotFound(f"No offloaded chunk {chunk_id!r} in session {session!r}.",
                             code="chunk_not_found", param="chunk_id")
-    return session, found[0], await store.media(tenant, session, chunk_id)
+    return found[0]
+
+
+async def _find(request: web.Request) -> tuple[str, EvictedChunk, Media]:
+    session, chunk_id = request.match_info["session"], request.match_info["chunk_id"]
+    c = await offloaded(request, session, chunk_id)
+    return session, c, await request.app[STORE].media(tenant_of(request), session, chunk_id)
 
 
 async def chunk_message(request: web.Request) -> web.Response:

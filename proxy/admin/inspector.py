@@ -26,7 +26,8 @@ import orjson
 from aiohttp import web
 
 from proxy.admin.api import tenant_of
-from proxy.errors import InvalidRequest, RouteNotFound
+from proxy.admin.chunks import offloaded
+from proxy.errors import InvalidRequest
 from proxy.keys import PIPELINE, STORE
 from proxy.turnlog import view
 
@@ -68,19 +69,14 @@ async def chunk(request: web.Request) -> web.Response:
     if not chunk_id:
         raise InvalidRequest("Query parameter 'chunk_id' is required (see /admin/evictions).",
                              code="missing_chunk_id", param="chunk_id")
-    tenant = tenant_of(request)
-    store = request.app[STORE]
-    found = await store.fetch(tenant, session, [chunk_id])
-    if not found:
-        raise RouteNotFound(f"No offloaded chunk {chunk_id!r} in session {session!r}.",
-                            code="chunk_not_found", param="chunk_id")
-    c = found[0]
+    c = await offloaded(request, session, chunk_id)
     body: dict[str, Any] = {"chunk": {"chunk_id": c.chunk_id, "turn": c.turn, "role": c.role,
                                       "class": c.klass, "tokens": c.tokens, "text": c.text},
                             "recall": None}
     turn = request.query.get("turn", "")
     if turn.isdigit():
         await _flush_turns(request.app)
+        tenant, store = tenant_of(request), request.app[STORE]
         events = [e for e in await store.events(tenant, session) if e.turn == int(turn)]
         if any(e.action == "recall" and e.chunk_id == chunk_id for e in events):
             rows = [t for t in await store.turns(tenant, session) if t.turn == int(turn)]

@@ -22,8 +22,6 @@ a wrong `x-api-key`.
 from __future__ import annotations
 
 import asyncio
-import itertools
-from collections import deque
 from typing import Any
 
 import orjson
@@ -31,7 +29,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from tests.support.anthropic_rules import check, error_body
-from tests.support.openai_server import Received, Rejected, Reply
+from tests.support.fake_server import FakeServer, Received, Rejected, Reply
 
 # Anthropic's bodies for scripted errors: status -> (type, message)
 _ERRORS: dict[int, tuple[str, str]] = {
@@ -49,43 +47,14 @@ _ERRORS: dict[int, tuple[str, str]] = {
 }
 
 
-class AnthropicServer:
+class AnthropicServer(FakeServer):
     def __init__(self, *, context_window: int | None = 200_000, api_key: str | None = None,
                  max_output: int = 64_000) -> None:
-        self.context_window = context_window
-        self.api_key = api_key  # when set, `x-api-key: <key>` is required
+        super().__init__(context_window=context_window, api_key=api_key)  # x-api-key
         self.max_output = max_output  # claude-sonnet-4-5's output limit
-        self.history: list[Received] = []
-        self.rejected = 0
-        self.served = 0
-        self._queue: deque[Reply] = deque()
-        self._runner: web.AppRunner | None = None
-        self._ids = itertools.count(1)
-        self.url = ""
 
-    def enqueue(self, text: str | None = None, **fields: Any) -> Reply:
-        reply = Reply(text=text, **fields)
-        self._queue.append(reply)
-        return reply
-
-    def enqueue_error(self, status: int, message: str | None = None, **fields: Any) -> Reply:
-        return self.enqueue(status=status, message=message, **fields)
-
-    async def start(self, port: int = 0) -> AnthropicServer:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/messages", self._messages)
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                                     shutdown_timeout=0.1)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", port).start()
-        host, port = self._runner.addresses[0][:2]
-        self.url = f"http://{host}:{port}"
-        return self
-
-    async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()

@@ -25,16 +25,14 @@ API_KEY_INVALID), sent as `x-goog-api-key` or `?key=`.
 from __future__ import annotations
 
 import asyncio
-import itertools
-from collections import deque
 from typing import Any
 
 import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
+from tests.support.fake_server import FakeServer, Received, Rejected, Reply
 from tests.support.gemini_rules import STATUSES, check, error_body, invalid
-from tests.support.openai_server import Received, Rejected, Reply
 
 _RATE = ("You exceeded your current quota, please check your plan and billing details. For "
          "more information on this error, head to: "
@@ -58,42 +56,16 @@ _UNREGISTERED = ("Method doesn't allow unregistered callers (callers without est
                  "this API.")
 
 
-class GeminiServer:
+class GeminiServer(FakeServer):
+    PATH = "/v1beta"
+
     def __init__(self, *, context_window: int | None = 1_048_576,
                  api_key: str | None = None) -> None:
-        self.context_window = context_window
-        self.api_key = api_key  # when set, `x-goog-api-key` (or `?key=`) must be it
-        self.history: list[Received] = []
-        self.rejected = 0
-        self.served = 0
-        self._queue: deque[Reply] = deque()
-        self._runner: web.AppRunner | None = None
-        self._ids = itertools.count(1)
-        self.url = ""
+        # api_key: when set, `x-goog-api-key` (or `?key=`) must be it
+        super().__init__(context_window=context_window, api_key=api_key)
 
-    def enqueue(self, text: str | None = None, **fields: Any) -> Reply:
-        reply = Reply(text=text, **fields)
-        self._queue.append(reply)
-        return reply
-
-    def enqueue_error(self, status: int, message: str | None = None, **fields: Any) -> Reply:
-        return self.enqueue(status=status, message=message, **fields)
-
-    async def start(self, port: int = 0) -> GeminiServer:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1beta/models/{call}", self._call)
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                                     shutdown_timeout=0.1)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", port).start()
-        host, port = self._runner.addresses[0][:2]
-        self.url = f"http://{host}:{port}/v1beta"
-        return self
-
-    async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
 
     async def _call(self, request: web.Request) -> web.StreamResponse:
         model, _, method = request.match_info["call"].partition(":")

@@ -17,10 +17,7 @@ refused by the real API for the same reason (over-long prompt, broken tool-call 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -29,6 +26,9 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 import proxy  # noqa: F401  (offline defaults: tiktoken reads its cache dir from the env)
+from tests.support.fake_server import FakeServer, Received, Rejected, Reply
+
+__all__ = ["Received", "Rejected", "Reply", "UpstreamServer"]
 
 _ROLES = ("system", "assistant", "user", "function", "tool", "developer")
 _TOOL_ORPHAN = ("Invalid parameter: messages with role 'tool' must be a response to a preceeding "
@@ -54,90 +54,26 @@ _ERRORS: dict[int, tuple[str, str, str | None]] = {
 }
 
 
-@dataclass
-class Reply:
-    """One scripted answer. `status` != 200 answers an error (OpenAI's body for it)."""
-
-    text: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None  # [{"name", "arguments"[, "id"]}]
-    status: int = 200
-    message: str | None = None  # error message; default: OpenAI's for the status
-    code: str | None = None
-    type: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0  # seconds before the status line
-    chunk_delay: float = 0.0  # stream: seconds between events
-    break_after: int | None = None  # stream: drop the connection after this many events
-    chunks: int | None = None  # stream: split the text into this many pieces (default: words)
-    write_size: int | None = None  # stream: send the bytes in writes this small (re-framing)
-    done: bool = True  # stream: end with `data: [DONE]` (some servers just close)
-
-
-@dataclass
-class Received:
-    body: dict[str, Any]
-    headers: CIMultiDict[str]  # case-insensitive, like HTTP
-    path: str
-
-
 def _err(message: str, type_: str, code: str | None, param: str | None = None) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": type_, "param": param,
                                    "code": code}})
 
 
-class Rejected(Exception):
-    def __init__(self, status: int, body: bytes) -> None:
-        super().__init__(status)
-        self.status, self.body = status, body
+class UpstreamServer(FakeServer):
+    PATH = "/v1"
 
-
-class UpstreamServer:
     def __init__(self, *, context_window: int | None = 128_000, api_key: str | None = None,
                  models: tuple[str, ...] = ("gpt-4o-mini", "mock-1"),
                  record: bool = True) -> None:
-        self.context_window = context_window  # None: do not count tokens (benchmarks)
-        self.api_key = api_key  # when set, `Authorization: Bearer <key>` is required
+        super().__init__(context_window=context_window, api_key=api_key)  # Bearer <key>
         self.models = models
         self.record = record  # False for benchmarks: thousands of 870 KB bodies add up
-        self.history: list[Received] = []
-        self.rejected = 0
         self.disconnects = 0
-        self.served = 0
-        self._queue: deque[Reply] = deque()
-        self._runner: web.AppRunner | None = None
-        self._ids = itertools.count(1)
         self._enc: tiktoken.Encoding | None = None
-        self.url = ""
 
-    # -- scripting --------------------------------------------------------------------
-    def enqueue(self, text: str | None = None, **fields: Any) -> Reply:
-        reply = Reply(text=text, **fields)
-        self._queue.append(reply)
-        return reply
-
-    def enqueue_error(self, status: int, message: str | None = None, **fields: Any) -> Reply:
-        return self.enqueue(status=status, message=message, **fields)
-
-    # -- lifecycle --------------------------------------------------------------------
-    async def start(self, port: int = 0) -> UpstreamServer:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
-        # handler_cancellation: a client that hangs up cancels the handler at once, which is
-        # how the server notices (and counts) a disconnect even while it sleeps.
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                                     shutdown_timeout=0.1)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", port)
-        await site.start()
-        host, port = self._runner.addresses[0][:2]
-        self.url = f"http://{host}:{port}/v1"
-        return self
-
-    async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
 
     async def wait_disconnects(self, n: int = 1, timeout: float = 2.0) -> bool:
         deadline = time.monotonic() + timeout
