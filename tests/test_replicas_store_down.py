@@ -62,8 +62,10 @@ async def forwarded(client: TestClient[Any, Any], upstream: UpstreamServer,
 
 
 async def test_an_unreachable_store_is_a_503_with_nothing_forwarded_then_recovers(
-        aiohttp_client: ClientFactory, upstream: UpstreamServer, moto: MotoServer,  # noqa: F811
-        relay: Relay, aws_env: None, tmp_path: Path) -> None:  # noqa: F811
+        relay: Relay, aiohttp_client: ClientFactory, upstream: UpstreamServer,  # noqa: F811
+        moto: MotoServer, aws_env: None, tmp_path: Path) -> None:  # noqa: F811
+    # `relay` comes first so that it is torn down last, after the app has closed: the
+    # app's last writes go through it.
     plan = [session(12), session(14), session(16), session(16) + [user(ASK)]]
     local = settings(upstream, str(tmp_path / "local"), {})
     ref = await aiohttp_client(init_app(local, store=LanceStore(tmp_path / "local",

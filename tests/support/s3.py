@@ -111,16 +111,21 @@ class MotoServer:
 class Relay:
     """127.0.0.1:<port> forwarded to moto's port, switched off and on by the test. Runs its
     own event loop in a thread, so it serves an app in the test's loop and other
-    processes alike."""
+    processes alike.
+
+    It accepts on its own socket rather than through `asyncio.start_server`: on Python
+    3.11 a connection accepted in the same loop turn as `Server.close()` fails the
+    server's `_attach` assertion and its socket is left to the garbage collector (an
+    "unclosed transport" warning in whichever test runs next)."""
 
     def __init__(self, target_port: int) -> None:
         self.target = target_port
         self.port = free_port()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._server: asyncio.Server | None = None
+        self._listener: socket.socket | None = None
         self._open: set[asyncio.StreamWriter] = set()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def endpoint(self) -> str:
@@ -146,13 +151,33 @@ class Relay:
         self._loop.close()
 
     async def _listen(self) -> None:
-        if self._server is None:
-            self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port)
+        if self._listener is None:
+            listener = socket.socket()
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.1", self.port))
+            listener.listen(100)
+            listener.setblocking(False)
+            asyncio.get_running_loop().add_reader(listener, self._accept, listener)
+            self._listener = listener
+
+    def _accept(self, listener: socket.socket) -> None:
+        """Accept what is waiting, synchronously in the loop: no accepted socket can be
+        dropped between the accept and its task, as one awaited and cancelled can."""
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            conn.setblocking(False)
+            task = asyncio.create_task(self._relay(conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        if self._listener is not None:
+            asyncio.get_running_loop().remove_reader(self._listener)
+            self._listener.close()
+            self._listener = None
         for w in list(self._open):
             w.transport.abort()
 
@@ -160,26 +185,30 @@ class Relay:
         await self._close()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        self._open.add(writer)
+    async def _relay(self, conn: socket.socket) -> None:
+        writer: asyncio.StreamWriter | None = None
         up_writer: asyncio.StreamWriter | None = None
         try:
+            if self._listener is None:  # accepted as the relay went down: cut it too
+                return
+            reader, writer = await asyncio.open_connection(sock=conn)
+            self._open.add(writer)
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
             self._open.add(up_writer)
+            if self._listener is None:
+                return
             await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
         except OSError:
             pass
         finally:
+            if writer is None:
+                conn.close()
             for w in (writer, up_writer):
                 if w is not None:
                     self._open.discard(w)
                     w.close()
                     with contextlib.suppress(OSError):
                         await w.wait_closed()
-            self._tasks.discard(task)
 
 
 async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
