@@ -154,6 +154,8 @@ class Pipeline:
         has accepted yet (auth passthrough), so a bogus key writes nothing."""
         key = session if isinstance(session, SessionKey) else SessionKey(session)
         rt = self.runtimes[route.name]
+        if self.replica is not None and key.anchor is not None:  # claimed on another?
+            await self.replica.claimed(self.sessions.get(tenant, key.id), tenant, key.id)
         sid, state = self.sessions.resolve(tenant, key)
         async with state.lock:
             if self.replica is not None:  # another replica may have served it since

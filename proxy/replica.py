@@ -11,7 +11,13 @@ chunks evicted meanwhile is fetched from the store, for recall). The rest of the
 is rebuilt from the request itself, as after a restart: agent loops resend their history,
 so the lexical index and the chunk metadata come out the same on any replica.
 
-Cost per request: one point read of the head; per turn that changes the decisions, one
+A derived session (no id from the client: proxy/session.py) is claimed by the first
+conversation whose reply reaches any replica: the claim is in the head, so a replica
+that has not seen the session reads the head before it decides whether a conversation
+opening the same way is the claimant or a fork (`claimed`).
+
+Cost per request: one point read of the head (two on a replica's first sight of a
+derived session); per turn that changes the decisions, one
 commit of it, after the turn's chunks and events are committed (docs/design-notes.md).
 """
 
@@ -47,10 +53,14 @@ EMPTY: dict[str, Any] = {"evicted": [], "recall_refs": {}, "blocks": []}
 
 
 def snapshot(state: SessionState) -> dict[str, Any]:
-    """The decisions another replica needs to answer the session's next turn the same way."""
-    return {"evicted": sorted(state.evicted),
-            "recall_refs": {k: list(v) for k, v in sorted(state.recall_refs.items())},
-            "blocks": [_block_json(b) for b in state.blocks]}
+    """The decisions another replica needs to answer the session's next turn the same way
+    (and, for a derived session, which conversation claimed it: `Sessions.resolve`)."""
+    out = {"evicted": sorted(state.evicted),
+           "recall_refs": {k: list(v) for k, v in sorted(state.recall_refs.items())},
+           "blocks": [_block_json(b) for b in state.blocks]}
+    if state.anchor is not None:
+        out["anchor"] = state.anchor
+    return out
 
 
 class Replica:
@@ -70,12 +80,20 @@ class Replica:
         state.evicted = set(data["evicted"])
         state.recall_refs = {k: list(v) for k, v in data["recall_refs"].items()}
         state.blocks = [_block(b) for b in data["blocks"]]
+        state.anchor = data.get("anchor") or state.anchor
         missing = sorted(c for c in state.evicted if c not in state.index)
         if missing:
             for c in await self.store.fetch(tenant, session, missing):
                 if state.index.add(c.chunk_id, c.text):
                     state.meta[c.chunk_id] = ChunkMeta(c.turn, c.role, c.klass)
         state.version, state.published, state.loaded = version, data, True
+
+    async def claimed(self, state: SessionState, tenant: str, session: str) -> None:
+        """Learn who claimed a derived session before this process decides: the head's
+        anchor, if any replica published one (a claim, once published, never changes)."""
+        if state.anchor is None:
+            async with state.lock:
+                await self.refresh(state, tenant, session)
 
     async def publish(self, state: SessionState, tenant: str, session: str) -> None:
         """Commit the session's decisions as its next head, unless they did not change.

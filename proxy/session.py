@@ -12,8 +12,10 @@ Which session a request belongs to, first rule that applies (README: "Sessions")
    first reply (its text, and its tool calls with their random ids) is the conversation's
    anchor: the first conversation seen with a reply claims the opening's session, and one
    that opened the same way but got another reply gets a session of its own,
-   `<opening>-<hash of its reply>` (`Sessions.resolve`). The claim lives in this process:
-   after a restart the first conversation back claims the opening (docs/design-notes.md).
+   `<opening>-<hash of its reply>` (`Sessions.resolve`). On a store shared by replicas the
+   claim is in the session's head, seen by every replica and kept across restarts
+   (proxy/replica.py); on a local store it lives in this process, and after a restart the
+   first conversation back claims the opening (docs/design-notes.md).
 
 A session's state (the evicted set, recall references, the lexical index of its chunks)
 is kept in a bounded LRU here and rebuilt after a restart: the evicted set and the evicted

@@ -9,6 +9,7 @@ run with `min_similarity: 1.0`, which leaves decisions and recall lexical.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -146,3 +147,49 @@ async def test_turns_alternating_between_two_replicas_forward_what_one_would(
         events = await (await client.get("/admin/evictions?session=agent-7")).json()
         turns_logged = {e["turn"] for e in events["events"] if e["action"] == "evict"}
         assert len(turns_logged) >= 2
+
+
+def twin(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Another conversation that opens with the same words (system prompt and first user
+    message) and parts at the model's first reply: other calls, other tool outputs."""
+    rest = json.dumps(msgs[2:]).replace("module", "package").replace('"call_', '"call_b')
+    parted: list[dict[str, Any]] = json.loads(rest)
+    return msgs[:2] + parted
+
+
+async def test_a_derived_session_is_claimed_once_for_every_replica(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer, moto: MotoServer,  # noqa: F811
+        aws_env: None, tmp_path: Path) -> None:
+    # Two conversations with no session id and the same opening, interleaved. Replica a
+    # sees the first one's reply first and claims the opening for it; replica b sees the
+    # other's reply before it has seen the first's, and must still fork it, as one
+    # replica would (with the claim kept per process, b claimed the opening too and the
+    # two conversations overwrote each other's evictions in the shared head).
+    plan = [(conv, msgs) for t in range(1, 15)
+            for conv, msgs in ((0, session(t)), (1, twin(session(t))))]
+    local = settings(upstream, str(tmp_path / "local"), {})
+    ref = await aiohttp_client(init_app(local, store=LanceStore(tmp_path / "local",
+                                                                FakeEmbedder())))
+    want = [await derived(ref, upstream, msgs) for _, msgs in plan]
+    await ref.close()
+    uri = moto.bucket()
+    s = settings(upstream, uri, moto.storage_options(keys=False))
+    a = await aiohttp_client(init_app(s, store=shared_store(uri, moto)))
+    b = await aiohttp_client(init_app(s, store=shared_store(uri, moto)))
+    got = [await derived((a, b)[(k // 2 + conv) % 2], upstream, msgs)
+           for k, (conv, msgs) in enumerate(plan)]
+    assert "offloaded as chunk" in str(got[-1][1]["messages"])  # both evict by the end
+    assert {sid for sid, _ in got[2:]} == {sid for sid, _ in want[2:]}
+    opening = want[0][0]
+    assert {sid for sid, _ in got[2::2]} == {opening}  # the first reply seen keeps it
+    assert {sid for sid, _ in got[3::2]} == {f"{opening}-{want[3][0].split('-')[-1]}"}
+    for i, (mine, theirs) in enumerate(zip(got, want, strict=True)):
+        assert mine == theirs, f"request {i + 1} differs from one replica's"
+
+
+async def derived(client: TestClient[Any, Any], upstream: UpstreamServer,
+                  msgs: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """Send with no session id; the session the proxy chose, and what it forwarded."""
+    resp = await client.post(CHAT, json={"model": "test-1", "messages": msgs})
+    assert resp.status == 200, await resp.text()
+    return resp.headers["X-Ctxwarden-Session"], upstream.history[-1].body
