@@ -1,6 +1,7 @@
 """Calibrate recall's gate (`recall.min_relevance`) on the generated agent sessions.
 
     .venv/bin/python -m bench.recall_gate 0.30 0.25 0.20
+    .venv/bin/python -m bench.recall_gate 0.25 --question 0.25 0.15 0.10 0.05
 
 In process (no HTTP, no embedder: the lexical path alone), back to back, the full plan's
 sessions of bench/agentloop.py. Per threshold: facts kept by kind (the answer token in
@@ -27,16 +28,19 @@ from proxy.pipeline import Pipeline
 from store.base import MemoryStore
 
 
-def settings(min_relevance: float) -> Settings:
+def settings(min_relevance: float, question: float | None = None) -> Settings:
+    q = min_relevance if question is None else question
     return Settings(store={"path": ":memory:"}, routes=[{
         "name": "a", "model": "a-*", "context_window": agentloop.WINDOW,
-        "max_output_tokens": agentloop.MAX_OUT, "recall": {"min_relevance": min_relevance},
+        "max_output_tokens": agentloop.MAX_OUT,
+        "recall": {"min_relevance": min_relevance, "question_min_relevance": q},
         "upstream": {"model": "openai/gpt-4o", "api_base": "http://127.0.0.1:9/v1",
                      "api_key": "unused"}}])
 
 
-async def measure(w: agentloop.Workload, min_relevance: float) -> dict[str, Any]:
-    st = settings(min_relevance)
+async def measure(w: agentloop.Workload, min_relevance: float,
+                  question: float | None = None) -> dict[str, Any]:
+    st = settings(min_relevance, question)
     pipeline = Pipeline(st, MemoryStore())
     c: Counter[str] = Counter()
     ratios: list[float] = []
@@ -68,30 +72,35 @@ async def measure(w: agentloop.Workload, min_relevance: float) -> dict[str, Any]
     return {"counts": c, "prefix": sum(ratios) / max(1, len(ratios))}
 
 
-def row(min_relevance: float, r: dict[str, Any]) -> str:
+def row(min_relevance: float, question: float, r: dict[str, Any]) -> str:
     c: Counter[str] = r["counts"]
     kinds = ("tool", "user", "constraint")
     kept = sum(c["kept_" + k] for k in kinds)
     asked = sum(c["asked_" + k] for k in kinds)
     others = c["other"] + c["other_recall"]
     asks = c["ask"] + c["ask_recall"]
-    return (f"| {min_relevance:.2f} | {kept / asked:.2f} | "
+    return (f"| {min_relevance:.2f} | {question:.2f} | {kept / asked:.2f} | "
             + " / ".join(f"{c['kept_' + k]}" for k in kinds) + f" of {c['asked_tool']} | "
             f"{c['ask_recall']} of {asks} | {c['other_recall']} of {others} | "
             f"{c['carry'] / c['turns']:.2f} | {r['prefix']:.3f} |")
 
 
-async def main(thresholds: list[float]) -> None:
+async def main(thresholds: list[float], questions: list[float] | None) -> None:
     w = agentloop.workload(agentloop.FULL, Meter())
-    print("| min_relevance | facts kept | tool / user / constraint | questions that recall "
-          "| other user turns that recall | turns carrying recall | prefix ratio |")
-    print("|---|---|---|---|---|---|---|")
+    print("| min_relevance | question_min_relevance | facts kept | tool / user / constraint "
+          "| questions that recall | other user turns that recall | turns carrying recall "
+          "| prefix ratio |")
+    print("|---|---|---|---|---|---|---|---|")
     for t in thresholds:
-        print(row(t, await measure(w, t)), flush=True)
+        for q in questions or [t]:
+            print(row(t, q, await measure(w, t, q)), flush=True)
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("thresholds", type=float, nargs="+")
-    asyncio.run(main(ap.parse_args().thresholds))
+    ap.add_argument("thresholds", type=float, nargs="+", help="min_relevance values")
+    ap.add_argument("--question", type=float, nargs="+",
+                    help="question_min_relevance values (default: each min_relevance)")
+    a = ap.parse_args()
+    asyncio.run(main(a.thresholds, a.question))

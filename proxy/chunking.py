@@ -30,6 +30,7 @@ class Part:
     info: MsgInfo
     role: str
     tool_name: str | None = None
+    tool_args: str = ""  # a result's call arguments (what the output is about: relate.py)
     group: int | None = None  # index of the assistant message heading its tool group
     cut_tokens: int | None = None  # what it costs after a head-and-tail cut (fitting.py)
 
@@ -61,7 +62,7 @@ class Chunker:
         parts: list[Part] = []
         seen: dict[str, int] = {}
         groups: dict[int, list[int]] = {}
-        call_owner: dict[str, tuple[int, str]] = {}  # tool_call_id -> (head index, fn name)
+        call_owner: dict[str, tuple[int, str, str]] = {}  # tool_call_id -> (head, name, args)
         turn = 0
         for i, msg in enumerate(messages):
             info = infos[i]
@@ -77,15 +78,15 @@ class Chunker:
                     groups[i] = []
                     part.group = i
                     for c in calls:  # function and custom tool calls alike
-                        call_owner[str(c.get("id"))] = (i, call_of(c)[0])
+                        call_owner[str(c.get("id"))] = (i, *call_of(c))
                     if not calls and isinstance(legacy, dict):  # answered by the next
-                        call_owner[LEGACY] = (i, str(legacy.get("name", "")))  # `function`
+                        call_owner[LEGACY] = (i, *call_of(legacy))  # `function` message
                 turn += 1
             elif role in RESULTS:
                 key = str(msg.get("tool_call_id")) if role == "tool" else LEGACY
                 owner = call_owner.pop(LEGACY, None) if key == LEGACY else call_owner.get(key)
                 if owner is not None:
-                    part.group, part.tool_name = owner
+                    part.group, part.tool_name, part.tool_args = owner
                     groups[owner[0]].append(i)
             parts.append(part)
         conv = Conversation(parts, turn, groups)

@@ -140,6 +140,9 @@ class RecallSettings(_Strict):
     budget_fraction: float = Field(0.10, ge=0, le=0.5)
     min_relevance: float = Field(0.25, ge=0, le=1)
     min_relative: float = Field(0.5, ge=0, le=1)
+    # a user's question (proxy/recall.py `asking`) is about what the conversation has
+    # seen: its best evicted matches come back at this lower bar
+    question_min_relevance: float = Field(0.10, ge=0, le=1)
     top_k: int = Field(8, ge=1)
     # Vectors refine where ready: a passage whose cosine to the step's words reaches this
     # is recalled too (and counts in RWOE's sim); the step's vector is waited for at most

@@ -297,7 +297,9 @@ class Pipeline:
         cap = int(room * settings.budget_fraction) - rt.block_overhead - result.tokens
         chosen = select([h for h in rel.hits if (h.chunk_id, h.piece) not in shown],
                         recallable, state.meta, query=query,
-                        min_relevance=settings.min_relevance,
+                        min_relevance=(min(settings.min_relevance,
+                                           settings.question_min_relevance)
+                                       if rel.step.asks else settings.min_relevance),
                         min_relative=settings.min_relative, top_k=settings.top_k,
                         budget=cap, count=count,
                         vectors=[v for v in rel.vectors if (v[0].chunk_id, v[0].piece)

@@ -21,6 +21,7 @@ afresh, or its host leaves the context.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -115,6 +116,7 @@ class Step:
     words: str
     ids_from: str
     source: frozenset[str]
+    asks: bool = False  # `words` is a question: recall's lower bar applies (`asking`)
 
     @property
     def text(self) -> str:
@@ -128,7 +130,8 @@ def current_step(conv: Conversation) -> Step:
     users = [p for p in parts if p.role == "user"]
     if parts[-1].role != "tool":
         src = users[-1] if users else parts[-1]
-        return Step(src.info.text[-QUERY_CHARS:], "", frozenset({src.chunk.id}))
+        words = src.info.text[-QUERY_CHARS:]
+        return Step(words, "", frozenset({src.chunk.id}), src.role == "user" and asking(words))
     tail = []
     for p in reversed(parts):
         if p.role != "tool":
@@ -141,6 +144,16 @@ def current_step(conv: Conversation) -> Step:
         words = users[-1].info.text[-QUERY_CHARS:]
     tools = "\n".join(p.info.text for p in reversed(tail))[-4 * QUERY_CHARS:]
     return Step(words, tools, frozenset(ids))
+
+
+_ASKING = re.compile(r"\?(?:\s|$)|^\W*(?:what|which|where|who|whom|whose|when|how|why|remind|"
+                     r"recall|remember|did|do you|have you|was|were)\b", re.I)
+
+
+def asking(text: str) -> bool:
+    """A user message that asks something (a question mark, or an opening question word):
+    in an agent loop, a question mid-task is about what the conversation has seen."""
+    return bool(_ASKING.search(text))
 
 
 def search(index: RelevanceIndex, step: Step) -> list[Hit]:

@@ -24,6 +24,7 @@ from store.relevance import Hit, RelevanceIndex, Vectors
 log = structlog.get_logger("ctxwarden")
 FEED_MAX = 4096  # passages waiting to be embedded; past it the oldest are dropped
 FEED_BATCH = 16
+CALL_CHARS = 300  # of a call's arguments, as context for its output's passages
 
 
 @dataclass(slots=True)
@@ -46,6 +47,8 @@ class Relater:
                min_similarity: float = 0.5) -> Relevance:
         for p in conv.parts:
             index.add(p.chunk.id, p.info.text)
+            if p.tool_name:  # a tool output is about what its call asked for
+                index.annotate(p.chunk.id, f"{p.tool_name} {p.tool_args[:CALL_CHARS]}")
             m = meta.get(p.chunk.id)
             if m is None or m.klass != p.chunk.klass.value:  # the tail is PERMANENT only now
                 meta[p.chunk.id] = ChunkMeta(p.chunk.turn, p.role, p.chunk.klass.value)

@@ -120,7 +120,8 @@ _NUMERIC = re.compile(r"[0-9_\-./:@]+")
 
 
 def passages(text: str, size: int = PASSAGE_CHARS) -> list[str]:
-    """Split at line ends into pieces of about `size` characters (a long line is cut)."""
+    """Split at line ends into pieces of about `size` characters (a long line is cut; a
+    last piece under a quarter of `size` joins the one before)."""
     if len(text) <= size:
         return [text]
     out: list[str] = []
@@ -140,7 +141,11 @@ def passages(text: str, size: int = PASSAGE_CHARS) -> list[str]:
         cur.append(line)
         n += len(line)
     if cur:
-        out.append("".join(cur))
+        tail = "".join(cur)
+        if out and len(tail) < size // 4:  # a stub of a line or two: keep its context
+            out[-1] += tail
+        else:
+            out.append(tail)
     return [p for p in out if p.strip()]
 
 
@@ -165,6 +170,7 @@ class RelevanceIndex:
         self._len: list[int] = []
         self._post: dict[str, dict[int, int]] = {}  # term -> {passage: tf}
         self._total_len = 0
+        self._annotated: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._chunks)
@@ -199,6 +205,29 @@ class RelevanceIndex:
                     d[n] = c
             nums.append(n)
         self._chunks[chunk_id] = nums
+        return True
+
+    def annotate(self, chunk_id: str, context: str) -> bool:
+        """Count each term of `context` once more in every passage of the chunk, once per
+        chunk: a tool output's call (its name and arguments) says what all of the output
+        is about, though few of its passages repeat those words (`read_file` of
+        `deploy/staging.env` is the staging settings, line after line of `KEY=value`).
+        The passages' text is unchanged; only what they match grows."""
+        nums = self._chunks.get(chunk_id)
+        if nums is None or chunk_id in self._annotated:
+            return False
+        self._annotated.add(chunk_id)
+        extra = set(terms(context))
+        post = self._post
+        for n in nums:
+            for t in extra:
+                d = post.get(t)
+                if d is None:
+                    post[t] = {n: 1}
+                else:
+                    d[n] = d.get(n, 0) + 1
+            self._len[n] += len(extra)
+            self._total_len += len(extra)
         return True
 
     def add_many(self, items: Iterable[tuple[str, str]]) -> int:

@@ -68,7 +68,30 @@ def test_passages_cover_the_text_and_respect_size(size: int) -> None:
     text = "\n".join(f"line {i}: " + "x" * 30 for i in range(40)) + "\n" + "y" * 500
     pieces = passages(text, size)
     assert "".join(pieces).replace("\n", "") == text.replace("\n", "")
-    assert all(len(p) <= size for p in pieces)
+    assert all(len(p) <= size for p in pieces[:-1])
+    assert len(pieces[-1]) < size + size // 4  # a short last piece joins the one before
+
+
+def test_a_short_last_piece_keeps_its_context() -> None:
+    """A line or two left over at the end (the fee and the ticket after an ADR's decision
+    line) is not a passage of its own, matched and recalled without what it belongs to."""
+    head = "\n".join(f"Decision line {i}: refunds use Decimal, rounded half up." for i in range(7))
+    pieces = passages(head + "\nFee 0.35 EUR, ticket PAY-4417.", 400)
+    assert len(pieces) == 1 and pieces[0].endswith("PAY-4417.")
+    assert len(passages(head + "\n" + "z" * 150, 400)) == 2  # a real piece stays one
+
+
+def test_a_tool_outputs_call_annotates_every_passage_once() -> None:
+    env = "\n".join(f"SERVICE_{i}_URL=https://svc-{i}.cluster.local" for i in range(30))
+    idx = index_with(*NOISE, env)
+    n = len(passages(env))
+    assert n > 1 and not idx.search("staging environment settings")
+    assert idx.annotate("c5", 'read_file {"path": "deploy/staging.env"}')
+    assert not idx.annotate("c5", "again")  # once per chunk
+    assert not idx.annotate("nope", "read_file")  # only chunks it holds
+    hits = idx.search("staging environment settings")
+    assert {h.chunk_id for h in hits} == {"c5"} and len(hits) == n  # every passage of it
+    assert idx.text("c5") == env  # what is shown (and recalled) is unchanged
 
 
 def test_a_long_query_is_not_diluted() -> None:

@@ -161,6 +161,41 @@ async def test_a_step_that_asks_nothing_recalls_nothing(
     assert OPEN not in json.dumps(upstream.history[-1].body["messages"])
 
 
+STAGING_ENV = "\n".join(
+    [f"{s.upper()}_URL=https://{s}.svc.cluster.local" for s in (
+        "billing", "search", "mailer", "catalog", "profile", "ledger", "export", "webhook")]
+    + ["PGHOST=pg-stg-5171.internal"]
+    + [f"{s.upper()}_TTL={30 + i}" for i, s in enumerate(("cache", "session", "invoice"))])
+
+
+async def test_a_question_recalls_a_tool_output_by_what_its_call_asked_for(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """The output of `read_file("deploy/staging.env")` never says "staging": only its call
+    does, and a tool output is indexed with its call's name and arguments. The user's
+    question matches it weakly (the word "staging" among `KEY=value` lines: a strength
+    under `min_relevance`), yet a question is about what the conversation has seen, so
+    it recalls at `question_min_relevance`; the same words as a statement do not."""
+    client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
+    history = agent_session(30, fact_at=0)
+    history[4] = assistant(None, call("call_2", "read_file", '{"path": "deploy/staging.env"}'))
+    history[5] = tool("call_2", STAGING_ENV)
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+    assert "pg-stg-5171" not in json.dumps(upstream.history[-1].body["messages"])  # evicted
+    done = [*history, assistant("Handlers are done.")]
+    resp = await post(client, [*done, user("The staging DB moves to a new server soon.")])
+    assert resp.headers["X-Ctxwarden-Recalled"] == "0"  # a statement: nothing recalled
+    resp = await post(client, [*done, user("For the release checklist: which server does "
+                                           "the staging DB live on?")])
+    assert resp.headers["X-Ctxwarden-Recalled"] != "0"
+    assert "pg-stg-5171.internal" in upstream.history[-1].body["messages"][-1]["content"]
+    log = (await (await client.get("/admin/evictions", params={"session": "s-1"})).json())
+    why = next(e["reason"] for e in log["events"] if e["action"] == "recall")
+    strength = float(why.split()[2])
+    assert why.startswith("lexical match") and "stag" in why
+    assert 0.10 <= strength < 0.25  # under min_relevance: only a question recalls it
+
+
 async def test_a_cold_history_keeps_the_evidence_for_its_last_question(
         aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
     """Sent whole for the first time, 4x the window, the question last."""
