@@ -14,8 +14,10 @@ The head holds no text: chunk text stays in `chunks` (committed before the head 
 it), so a head never points at a chunk the store does not have. Every publish appends
 a row (session, version): appends from many replicas commit side by side, where updates
 of one row per session conflicted under load ("Too many concurrent writers" after 30 s,
-make bench-scale). The table is compacted every `COMPACT_EVERY` writes of this process,
-since every write adds a fragment that reads must open.
+make bench-scale). Every `COMPACT_EVERY` writes of this process, the rows its writes
+superseded are deleted (per session, every version below the one it last published:
+`prune`) and the table is compacted, since every write adds a fragment that reads must
+open and every kept row is read again by the session's next request.
 
 Writers: the heads of concurrent requests share one commit (`GroupCommit`, as the
 tables' rows do), so each table has at most one writer per replica; a commit that still
@@ -33,6 +35,7 @@ that does not answer holds a request (object_store retries for 180 s by default)
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import time
@@ -54,6 +57,7 @@ log = structlog.get_logger("ctxwarden.store")
 T = TypeVar("T")
 HEADS = "session_heads"
 COMPACT_EVERY = 32  # commits of this process between compactions of the heads
+PRUNE_BATCH = 200  # sessions per delete statement
 # LanceDB's words for a commit that lost the race to another writer (retryable)
 CONFLICTS = ("too many concurrent writers", "commit conflict")
 RETRY_FOR = 60.0  # s of our own retries, beyond LanceDB's, before a write gives up
@@ -139,6 +143,7 @@ class SessionHeads:
         self._group = GroupCommit(self._commit)
         self._writes = 0
         self._compacting: asyncio.Task[None] | None = None
+        self._superseded: dict[str, int] = {}  # scope -> the version this process wrote
 
     async def _open(self) -> Any:
         if self._table is not None:
@@ -188,10 +193,35 @@ class SessionHeads:
         tbl = await self._open()
         data = pa.Table.from_pylist(rows, schema=sch)
         await retrying(lambda: tbl.add(data), name)
+        for r in rows:
+            self._superseded[r["scope"]] = max(r["version"], self._superseded.get(r["scope"], 0))
         self._writes += 1
         if self._writes % COMPACT_EVERY == 0 and (self._compacting is None
                                                   or self._compacting.done()):
-            self._compacting = asyncio.get_running_loop().create_task(compact(tbl, HEADS))
+            done, self._superseded = self._superseded, {}
+            self._compacting = asyncio.get_running_loop().create_task(self._tidy(tbl, done))
+
+    async def _tidy(self, tbl: Any, written: dict[str, int]) -> None:
+        await self.prune(tbl, written)
+        await compact(tbl, HEADS)
+
+    @staticmethod
+    async def prune(tbl: Any, written: dict[str, int]) -> int:
+        """Delete, per session, the head rows below the version this process wrote: a read
+        takes the highest version, so they are never read again (another replica's newer
+        head stays). Returns the sessions pruned; a failure is logged, never raised (the
+        rows are only kept longer)."""
+        items = [(scope, v) for scope, v in written.items() if v > 1]
+        try:
+            for i in range(0, len(items), PRUNE_BATCH):
+                where = " OR ".join(f"({eq('scope', scope)} AND version < {int(v)})"
+                                    for scope, v in items[i:i + PRUNE_BATCH])
+                await retrying(functools.partial(tbl.delete, where), HEADS)
+        except Exception as exc:
+            log.warning("store_prune_failed", table=HEADS, error=type(exc).__name__,
+                        detail=str(exc)[:200])
+            return 0
+        return len(items)
 
     async def close(self) -> None:
         if self._compacting is not None and not self._compacting.done():

@@ -20,7 +20,9 @@ from aiohttp.test_utils import TestClient
 from proxy.app import init_app, make_store
 from proxy.config import Settings
 from proxy.recall import OPEN
+from store import shared
 from store.lance import LanceStore
+from store.shared import SessionHeads
 from tests.support.app import CHAT, ClientFactory
 from tests.support.fakes import FakeEmbedder
 from tests.support.messages import assistant, call, tool, user
@@ -193,3 +195,30 @@ async def derived(client: TestClient[Any, Any], upstream: UpstreamServer,
     resp = await client.post(CHAT, json={"model": "test-1", "messages": msgs})
     assert resp.status == 200, await resp.text()
     return resp.headers["X-Ctxwarden-Session"], upstream.history[-1].body
+
+
+async def test_superseded_heads_are_pruned_and_the_newest_still_wins(
+        moto: MotoServer, aws_env: None, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """Every publish appends a row; a session's older rows are deleted every
+    COMPACT_EVERY writes, so a head read does not grow with the session's turns. A newer
+    head another replica wrote meanwhile is kept."""
+    monkeypatch.setattr(shared, "COMPACT_EVERY", 4)
+    uri = moto.bucket()
+    opts = moto.storage_options(keys=False)
+    mine, other = SessionHeads(uri, opts), SessionHeads(uri, opts)
+    try:
+        for v in (1, 2, 3):
+            await mine.put("t", "a", v, {"evicted": [f"c{v}"]})
+        await other.put("t", "a", 4, {"evicted": ["c4"]})  # another replica moved it on
+        await mine.put("t", "b", 1, {"evicted": ["x"]})  # the 4th write: pruned, compacted
+        assert mine._compacting is not None
+        await mine._compacting
+        tbl = await mine._open()
+        rows = await tbl.query().select(["session", "version"]).to_list()
+        assert sorted((r["session"], r["version"]) for r in rows) == [
+            ("a", 3), ("a", 4), ("b", 1)]
+        assert await mine.get("t", "a") == (4, {"evicted": ["c4"]})
+        assert await other.get("t", "b") == (1, {"evicted": ["x"]})
+    finally:
+        await mine.close()
+        await other.close()
