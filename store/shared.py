@@ -23,7 +23,7 @@ Writers: the heads of concurrent requests share one commit (`GroupCommit`, as th
 tables' rows do), so each table has at most one writer per replica; a commit that still
 loses LanceDB's race ("Too many concurrent writers", a commit conflict) is tried again
 after a jittered backoff, and a write whose request failed on the way a few times
-(`retrying`, also used by store/lance.py for its commits; reads are retried by
+(`retrying`, also used by store/writes.py for its commits; reads are retried by
 object_store itself, a conditional PUT is not).
 
 Failure: a head that cannot be read or written raises `StoreUnavailable` (the proxy's
