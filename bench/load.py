@@ -166,11 +166,12 @@ def report(args: argparse.Namespace, out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def update(doc: Path, table: str, command: str) -> None:
-    block = f"{BEGIN}\nMade by `{command}`.\n\n{table}\n{END}"
+def update(doc: Path, table: str, command: str, begin: str = BEGIN, end: str = END) -> None:
+    """Rewrite the doc's section between the `begin` and `end` markers (append it if absent)."""
+    block = f"{begin}\nMade by `{command}`.\n\n{table}\n{end}"
     text = doc.read_text() if doc.exists() else ""
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+    if begin in text and end in text:
+        text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
     else:
         text += ("\n" if text else "") + block + "\n"
     doc.write_text(text)
@@ -178,7 +179,8 @@ def update(doc: Path, table: str, command: str) -> None:
 
 def main() -> None:
     if sys.argv[1:2] == ["upstream"]:
-        asyncio.run(_serve_upstream(int(sys.argv[2]), float(sys.argv[3]) / 1000))
+        upstream = FixedLatencyUpstream(float(sys.argv[3]) / 1000)
+        asyncio.run(upstream.serve_forever(int(sys.argv[2])))
         return
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -203,12 +205,6 @@ def main() -> None:
     print(table)
     if args.update is not None:
         update(args.update, table, "python -m bench.load " + " ".join(sys.argv[1:]))
-
-
-async def _serve_upstream(port: int, latency_s: float) -> None:
-    server = FixedLatencyUpstream(latency_s)
-    await server.start(port=port)
-    await asyncio.Event().wait()
 
 
 if __name__ == "__main__":

@@ -74,6 +74,11 @@ class FixedLatencyUpstream(UpstreamServer):
         head["id"] += f"-svc{int((time.perf_counter() - _STARTED.get()) * 1e6)}"
         return head
 
+    async def serve_forever(self, port: int) -> None:
+        """Serve on `port` until the process is stopped (the benchmarks' upstream process)."""
+        await self.start(port=port)
+        await asyncio.Event().wait()
+
 
 def service_ms(completion_id: str) -> float | None:
     m = _SVC.search(completion_id or "")

@@ -161,7 +161,8 @@ def report(args: argparse.Namespace, results: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     if sys.argv[1:2] == ["upstream"]:
-        asyncio.run(_serve_upstream(int(sys.argv[2]), float(sys.argv[3]) / 1000))
+        upstream = DigestUpstream(float(sys.argv[3]) / 1000)
+        asyncio.run(upstream.serve_forever(int(sys.argv[2])))
         return
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -195,16 +196,8 @@ def main() -> None:
         moto.stop()
     print(table)
     if args.update is not None:
-        import bench.load as load
-
-        load.BEGIN, load.END = BEGIN, END
-        update(args.update, table, "python -m bench.scale " + " ".join(sys.argv[1:]))
-
-
-async def _serve_upstream(port: int, latency_s: float) -> None:
-    server = DigestUpstream(latency_s)
-    await server.start(port=port)
-    await asyncio.Event().wait()
+        update(args.update, table, "python -m bench.scale " + " ".join(sys.argv[1:]),
+               BEGIN, END)
 
 
 if __name__ == "__main__":
