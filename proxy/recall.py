@@ -147,7 +147,7 @@ def current_step(conv: Conversation) -> Step:
 
 
 _ASKING = re.compile(r"\?(?:\s|$)|^\W*(?:what|which|where|who|whom|whose|when|how|why|remind|"
-                     r"recall|remember|did|do you|have you|was|were)\b", re.I)
+                     r"recall|remember|did|do you|have you|was|were|tell me|show me)\b", re.I)
 
 
 def asking(text: str) -> bool:

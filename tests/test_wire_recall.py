@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 from proxy.app import init_app
 from proxy.config import Settings
 from proxy.errors import StoreUnavailable
-from proxy.recall import OPEN
+from proxy.recall import OPEN, asking
 from store.base import MemoryStore
 from tests.support.messages import assistant, call, tool, user
 from tests.support.openai_server import UpstreamServer
@@ -166,6 +166,15 @@ STAGING_ENV = "\n".join(
         "billing", "search", "mailer", "catalog", "profile", "ledger", "export", "webhook")]
     + ["PGHOST=pg-stg-5171.internal"]
     + [f"{s.upper()}_TTL={30 + i}" for i, s in enumerate(("cache", "session", "invoice"))])
+
+
+def test_what_counts_as_a_question() -> None:
+    for q in ("Which server does the staging DB live on?", "what port did it bind",
+              "Tell me the order total.", "Remind me of the tracking code", "Is it up? Check."):
+        assert asking(q), q
+    for s in ("Check module 5.", "The staging DB moves to a new server soon.",
+              "Fetch https://x.test/?q=1 and summarise it.", "However, carry on."):
+        assert not asking(s), s
 
 
 async def test_a_question_recalls_a_tool_output_by_what_its_call_asked_for(
