@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import median_ms
-from store.relevance import RelevanceIndex, passages
+from store.relevance import RelevanceIndex
+from store.terms import passages
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tau-bench-gpt-4o-airline.json"
 QUERIES = ["which reservation was the trip to Denver", "cancel the flight booked for May",

@@ -42,7 +42,8 @@ from proxy.turnlog import TurnLog, summary
 from store.base import Event, EvictedChunk, RecallQuery, Store
 from store.errors import EventsUnrecorded, StoreUnavailable
 from store.media import Media
-from store.relevance import Hit, Vectors
+from store.relevance import Hit
+from store.vectors import Vectors
 
 log = structlog.get_logger("ctxwarden")
 
@@ -157,6 +158,11 @@ class Pipeline:
         if self.replica is not None and key.anchor is not None:  # claimed on another?
             await self.replica.claimed(self.sessions.get(tenant, key.id), tenant, key.id)
         sid, state = self.sessions.resolve(tenant, key)
+        with self.relater.preparing():
+            return await self._locked(rt, body, tenant, sid, state, defer)
+
+    async def _locked(self, rt: RouteRuntime, body: dict[str, Any], tenant: str, sid: str,
+                      state: SessionState, defer: bool) -> Prepared:
         async with state.lock:
             if self.replica is not None:  # another replica may have served it since
                 await self.replica.refresh(state, tenant, sid)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,12 +20,15 @@ import structlog
 
 from proxy.chunking import Conversation
 from proxy.recall import ChunkMeta, Step, current_step, search
-from store.relevance import Hit, RelevanceIndex, Vectors
+from store.relevance import Hit, RelevanceIndex
+from store.vectors import Vectors
 
 log = structlog.get_logger("ctxwarden")
 FEED_MAX = 4096  # passages waiting to be embedded; past it the oldest are dropped
 FEED_BATCH = 16
 CALL_CHARS = 300  # of a call's arguments, as context for its output's passages
+DRAIN_SLICE = 32  # waiting passages indexed per slice (~1 ms); requests run in between
+DRAIN_DELAY = 0.01  # s: the request that brought them is forwarded first
 
 
 @dataclass(slots=True)
@@ -41,6 +45,23 @@ class Relater:
         self.embedder = embedder  # a store.embed.CachedEmbedder, or None (lexical only)
         self._feed: deque[str] = deque(maxlen=FEED_MAX)
         self._feeder: asyncio.Task[None] | None = None
+        self._drains: dict[int, asyncio.Task[None]] = {}  # id(index) -> its drain
+        self._busy = 0  # requests being prepared: the drain waits for none
+        self._idle: asyncio.Event | None = None
+
+    @contextlib.contextmanager
+    def preparing(self) -> Iterator[None]:
+        """Around a request's preparation (its write included): background indexing
+        holds the GIL, so it runs only while no request is being prepared."""
+        self._busy += 1
+        if self._idle is not None:
+            self._idle.clear()
+        try:
+            yield
+        finally:
+            self._busy -= 1
+            if not self._busy and self._idle is not None:
+                self._idle.set()
 
     def relate(self, index: RelevanceIndex, vectors: Vectors | None,
                meta: dict[str, ChunkMeta], conv: Conversation, wait_ms: int,
@@ -55,6 +76,8 @@ class Relater:
         step = current_step(conv)
         hits = search(index, step)
         rel = Relevance(step, hits, index.chunk_scores(hits))
+        if index.waiting:
+            self._drain_later(index)
         if self.embedder is None or vectors is None:
             return rel
         self._submit(vectors.new_texts())
@@ -84,6 +107,26 @@ class Relater:
             return
         if got is not None:
             rel.vectors = _matches(index, vectors, got[0], rel.step)
+
+    def _drain_later(self, index: RelevanceIndex) -> None:
+        """A cold history's passages wait unindexed (each query indexed what it could
+        match); index the rest in the background, a slice at a time."""
+        if id(index) in self._drains:
+            return
+        task = asyncio.get_running_loop().create_task(self._drain(index), name="index")
+        self._drains[id(index)] = task
+        task.add_done_callback(lambda _: self._drains.pop(id(index), None))
+
+    async def _drain(self, index: RelevanceIndex) -> None:
+        if self._idle is None:
+            self._idle = asyncio.Event()
+        await asyncio.sleep(DRAIN_DELAY)
+        while index.waiting:
+            if self._busy:
+                self._idle.clear()
+                await self._idle.wait()
+            index.index_some(DRAIN_SLICE)
+            await asyncio.sleep(0)
 
     def _submit(self, texts: list[str]) -> None:
         if not texts:
@@ -115,10 +158,11 @@ class Relater:
                 await asyncio.shield(self._feeder)
 
     async def close(self) -> None:
-        if self._feeder is not None and not self._feeder.done():
-            self._feeder.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._feeder
+        for task in [self._feeder, *self._drains.values()]:
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
 
 def _matches(index: RelevanceIndex, vectors: Vectors, qv: Any,

@@ -35,7 +35,8 @@ from proxy.analysis import text_of
 from proxy.chunking import Prefix
 from proxy.errors import InvalidRequest
 from proxy.recall import Block, ChunkMeta
-from store.relevance import RelevanceIndex, Vectors
+from store.relevance import RelevanceIndex
+from store.vectors import Vectors
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _ALLOWED = "use 1-128 characters from A-Z a-z 0-9 . _ : -"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from store.relevance import RelevanceIndex, passages, stem, terms
+from store.relevance import RelevanceIndex
+from store.terms import passages, stem, terms
 
 FACT = ("Infra notes: the staging database runs on host pg-stg-7741.internal behind the "
         "bastion; backups at 02:00 UTC.")
@@ -101,3 +102,58 @@ def test_a_long_query_is_not_diluted() -> None:
     long_q = "staging database host " + " ".join(NOISE)
     hit = next(h for h in idx.search(long_q) if h.chunk_id == "c5")
     assert hit.strength > 0.3 * short
+
+
+LAZY_DOCS = [
+    FACT, *NOISE,
+    "Refund policies: a refund over 500 EUR needs a second approver (rule FIN-22).",
+    "rotateKeys() ran at 03:00; the vault token rotation succeeded for svc-billing-02.",
+    "Order ORD-88213 shipped; tracking 1Z999AA10123456784, carrier UPS.",
+    *(f"log line {i}: worker-{i % 7} processed batch {i * 13} in {i % 50} ms" for i in range(90)),
+]
+QUERIES = ["Which machine hosts the staging database?", "What does the refund policy say?",
+           "did the key rotation work?", "ORD-88213", "which carrier shipped it",
+           "what did worker 3 process", "pg-stg-7741.internal", "backups", "nothing matches"]
+
+
+def _results(idx: RelevanceIndex) -> list[list[tuple[str, int, float, float]]]:
+    return [[(h.chunk_id, h.piece, round(h.score, 9), round(h.strength, 9))
+             for h in idx.search(q)] for q in QUERIES]
+
+
+def test_a_cold_history_waits_unindexed_and_answers_as_if_indexed() -> None:
+    """A history that arrives whole is not indexed up front (a 1,000-message request would
+    spend ~100 ms here): each query indexes only the passages that can hold its terms
+    (stems, identifiers and their pieces, an -ies/-y stem, a tool call's annotation), and
+    every score is the one the fully indexed session gives."""
+    eager, lazy = RelevanceIndex(eager=10**9), RelevanceIndex(eager=8)
+    for idx in (eager, lazy):
+        for i, t in enumerate(LAZY_DOCS):
+            idx.add(f"c{i}", t)
+        idx.annotate("c8", 'read_file {"path": "deploy/staging.env"}')
+    assert lazy.waiting == lazy.passages_count == eager.passages_count
+    assert [h.chunk_id for h in lazy.search("policy")] == ["c6"]  # "policies", stemmed
+    assert lazy.search(QUERIES[0])[0].chunk_id == "c0"
+    assert 0 < lazy.waiting < lazy.passages_count  # the query indexed what it could match
+    got = _results(lazy)
+    assert got == _results(eager)
+    assert got[1][0][0] == "c6"  # "policy" found "policies"
+    assert got[0][0][0] == "c0"
+    assert {h.chunk_id for h in lazy.search("staging env settings")} >= {"c0", "c8"}
+    assert lazy.rare_identifiers("see ORD-88213", set()) == eager.rare_identifiers(
+        "see ORD-88213", set())
+    drained = RelevanceIndex(eager=8)
+    drained.add_many((f"c{i}", t) for i, t in enumerate(LAZY_DOCS))
+    assert drained.index_some(10) == drained.waiting == drained.passages_count - 10
+    assert drained.index_some(10**6) == 0
+    drained.annotate("c8", 'read_file {"path": "deploy/staging.env"}')
+    assert _results(drained) == _results(eager)
+
+
+def test_a_turns_few_new_passages_are_indexed_whole() -> None:
+    idx = RelevanceIndex(eager=8)
+    for i, t in enumerate(NOISE):
+        idx.add(f"c{i}", t)
+    assert idx.waiting == len(NOISE)
+    idx.search("orders")
+    assert idx.waiting == 0

@@ -15,8 +15,10 @@ from structlog.testing import capture_logs
 from proxy.app import init_app
 from proxy.config import Settings
 from proxy.errors import StoreUnavailable
+from proxy.keys import PIPELINE
 from proxy.recall import OPEN, asking
 from store.base import MemoryStore
+from store.relevance import EAGER
 from tests.support.messages import assistant, call, tool, user
 from tests.support.openai_server import UpstreamServer
 
@@ -213,6 +215,15 @@ async def test_a_cold_history_keeps_the_evidence_for_its_last_question(
     resp = await post(client, history, sid="cold")
     assert int(resp.headers["X-Ctxwarden-Tokens-In"]) > 4 * 2500
     assert ANSWER in json.dumps(upstream.history[-1].body["messages"])
+    # Its passages were not all indexed on the request path (the question indexed what it
+    # could match); the rest are indexed in the background, between requests.
+    index = client.app[PIPELINE].sessions.get("default", "cold").index
+    assert index.passages_count > EAGER
+    async with asyncio.timeout(10):
+        while index.waiting:
+            await asyncio.sleep(0.01)
+    await post(client, [*history, assistant(f"It is {ANSWER}."), user(ASK)], sid="cold")
+    assert ANSWER in json.dumps(upstream.history[-1].body["messages"])
 
 
 async def test_the_same_recall_renders_byte_identical(
@@ -301,7 +312,7 @@ async def test_a_stalled_cross_session_search_is_skipped_not_waited_for(
 def test_focus_keeps_the_best_matching_lines_in_order() -> None:
     from proxy.recall import focus
     from proxy.tokens import TokenCounter, encoding_for
-    from store.relevance import terms
+    from store.terms import terms
 
     count = TokenCounter(encoding_for("gpt-4o")).text
     text = "\n".join(["# ADR-012: Refund rounding", "Status: accepted.",

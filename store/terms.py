@@ -1,0 +1,128 @@
+"""What the lexical index (store/relevance.py) counts: terms, and the passages it scores.
+
+Terms: lower-cased words and numbers, identifiers kept whole *and* split at `_ - . / :`
+and camelCase (so `pg-stg-7741.internal` matches "pg", "stg", "7741" and itself), a light
+suffix stemmer so "rotation"/"rotate" and "databases"/"database" meet, and English stop
+words dropped, so a question in plain words scores on the words that carry its meaning.
+
+Passages: a chunk's text split at line ends into pieces of about 400 characters (~100
+tokens): a fact with its line of context, sharp enough to recall on its own.
+"""
+
+from __future__ import annotations
+
+import re
+
+PASSAGE_CHARS = 400  # ~100 tokens: a fact with its line of context; sharper vectors too
+_WORD = re.compile(r"[A-Za-z0-9]+(?:[_\-./:@][A-Za-z0-9]+)*")
+_PIECE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+STOP = frozenset("""
+a about above after again against all also am an and any are as at be because been before
+being below between both but by can could did do does doing down during each few for from
+further had has have having he her here hers herself him himself his how i if in into is it
+its itself just let me more most my myself no nor not now of off on once only or other our
+ours ourselves out over own same she should so some such than that the their theirs them
+themselves then there these they this those through to too under until up very was we were
+what when where which while who whom why will with would you your yours yourself
+yourselves again ever get got please tell know remember earlier back said say mentioned
+told give gave one thing things use used using want need like make sure ok okay yes
+sorry thanks thank hi hello
+""".split())
+_SUFFIXES = ("ings", "ing", "ions", "ion", "ers", "er", "ies", "ied",
+             "es", "ed", "ly", "s")
+
+
+def stem(w: str) -> str:
+    """A light suffix stripper (not Porter): enough for plural/tense/-ion variants."""
+    if len(w) <= 4 or w.isdigit():
+        return w
+    for suf in _SUFFIXES:
+        if w.endswith(suf) and len(w) - len(suf) >= 3:
+            base = w[: -len(suf)]
+            if suf in ("ies", "ied"):
+                return base + "y"
+            if suf == "s" and base.endswith("s"):
+                return w  # "class", "access"
+            return base
+    return w.rstrip("e") if len(w) > 5 else w
+
+
+def _expand(whole: str) -> tuple[str, ...]:
+    low = whole.lower()
+    if len(whole) > 2 and not low.isalpha():  # an identifier: itself and its pieces
+        out = [low]
+        for piece in _PIECE.findall(whole):
+            p = piece.lower()
+            if p not in STOP and (len(p) > 1 or p.isdigit()):
+                out.append(stem(p))
+        return tuple(out)
+    if low in STOP or len(low) < 2:
+        return ()
+    if any(c.isupper() for c in whole[1:]):  # camelCase
+        return tuple(stem(p.lower()) for p in _PIECE.findall(whole)
+                     if p.lower() not in STOP and len(p) > 1)
+    return (stem(low),)
+
+
+_CACHE: dict[str, tuple[str, ...]] = {}
+_CACHE_MAX = 200_000
+
+
+def terms(text: str) -> list[str]:
+    """The index terms of `text`, in order, with repeats (tf counts them). A word's terms
+    are computed once per process: agent histories reuse a small vocabulary."""
+    out: list[str] = []
+    cache = _CACHE
+    for whole in _WORD.findall(text):
+        ts = cache.get(whole)
+        if ts is None:
+            if len(cache) >= _CACHE_MAX:
+                cache.clear()
+            ts = cache[whole] = _expand(whole)
+        out += ts
+    return out
+
+
+def identifiers(text: str) -> list[str]:
+    """The distinctive identifiers of `text`: 5+ characters with both a letter and a digit
+    (ZFA04Y, mia_li_3668, pg-stg-7741.internal, HAT028), not bare numbers, dates or code
+    names, which agent outputs repeat everywhere."""
+    out = []
+    for whole in _WORD.findall(text):
+        if len(whole) >= 5 and not whole.isalpha() and not _NUMERIC.fullmatch(whole) and (
+                any(c.isdigit() for c in whole)):
+            out.append(whole.lower())
+    return out
+
+
+_NUMERIC = re.compile(r"[0-9_\-./:@]+")
+
+
+def passages(text: str, size: int = PASSAGE_CHARS) -> list[str]:
+    """Split at line ends into pieces of about `size` characters (a long line is cut; a
+    last piece under a quarter of `size` joins the one before)."""
+    if len(text) <= size:
+        return [text]
+    out: list[str] = []
+    cur: list[str] = []
+    n = 0
+    for line in text.splitlines(keepends=True):
+        while len(line) > size:  # a minified JSON blob: cut at a space or comma near size
+            cut = max(line.rfind(" ", 0, size), line.rfind(",", 0, size)) + 1 or size
+            if cur:
+                out.append("".join(cur))
+                cur, n = [], 0
+            out.append(line[:cut])
+            line = line[cut:]
+        if n + len(line) > size and cur:
+            out.append("".join(cur))
+            cur, n = [], 0
+        cur.append(line)
+        n += len(line)
+    if cur:
+        tail = "".join(cur)
+        if out and len(tail) < size // 4:  # a stub of a line or two: keep its context
+            out[-1] += tail
+        else:
+            out.append(tail)
+    return [p for p in out if p.strip()]
