@@ -196,6 +196,9 @@ async def test_sigterm_does_not_wait_for_the_embedding_backlog_and_loses_nothing
     closed = [orjson.loads(line) for line in log.read_bytes().splitlines()
               if b'"store_closed"' in line]
     assert len(closed) == 1 and closed[0]["unembedded"] > 0  # it left them, did not wait
+    frozen = [orjson.loads(line) for line in log.read_bytes().splitlines()
+              if b'"heap_frozen"' in line]  # start-up's objects out of the collector's way
+    assert len(frozen) == 1 and frozen[0]["objects"] > 100_000
     assert evicted <= stored(db)[0]  # every chunk evicted before the SIGTERM is stored
     again = serve(cfg, log)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 from typing import Any
@@ -48,6 +49,7 @@ def serve(args: argparse.Namespace) -> int:
         print(f"ctxwarden: {exc}", file=sys.stderr)
         return 2
     app.on_startup.append(open_store)
+    app.on_startup.append(freeze_heap)  # last: after the store and its imports loaded
     host, port = settings.server.host, settings.server.port
     names = ", ".join(f"{r.name} ({r.model} -> {r.upstream.model})" for r in settings.routes)
     print(f"ctxwarden listening on http://{host}:{port}/v1  routes: {names or 'none'}",
@@ -79,6 +81,16 @@ async def open_store(app: Any) -> None:
     except Exception as exc:
         structlog.get_logger("ctxwarden").warning("store_open_failed", error=type(exc).__name__,
                                                   detail=str(exc)[:300])
+
+
+async def freeze_heap(app: Any) -> None:
+    """What start-up loaded (litellm's model tables, LanceDB, the app: ~400,000 objects)
+    leaves the garbage collector's sight (`gc.freeze`). A full collection walked all of
+    it: a ~250 ms pause for whichever request it landed on; ~15 ms after. What is made
+    later is collected as usual."""
+    gc.collect()
+    gc.freeze()
+    structlog.get_logger("ctxwarden").info("heap_frozen", objects=gc.get_freeze_count())
 
 
 def add_parser(subparsers: Any) -> None:
