@@ -42,6 +42,7 @@ from proxy.turnlog import TurnLog, summary
 from store.base import Event, EvictedChunk, RecallQuery, Store
 from store.errors import EventsUnrecorded, StoreUnavailable
 from store.media import Media
+from store.quiet import QUIET
 from store.relevance import Hit
 from store.vectors import Vectors
 
@@ -158,7 +159,7 @@ class Pipeline:
         if self.replica is not None and key.anchor is not None:  # claimed on another?
             await self.replica.claimed(self.sessions.get(tenant, key.id), tenant, key.id)
         sid, state = self.sessions.resolve(tenant, key)
-        with self.relater.preparing():
+        with QUIET.busy():  # background work waits (store/quiet.py)
             return await self._locked(rt, body, tenant, sid, state, defer)
 
     async def _locked(self, rt: RouteRuntime, body: dict[str, Any], tenant: str, sid: str,

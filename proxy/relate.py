@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +19,7 @@ import structlog
 
 from proxy.chunking import Conversation
 from proxy.recall import ChunkMeta, Step, current_step, search
+from store.quiet import QUIET
 from store.relevance import Hit, RelevanceIndex
 from store.vectors import Vectors
 
@@ -46,22 +46,6 @@ class Relater:
         self._feed: deque[str] = deque(maxlen=FEED_MAX)
         self._feeder: asyncio.Task[None] | None = None
         self._drains: dict[int, asyncio.Task[None]] = {}  # id(index) -> its drain
-        self._busy = 0  # requests being prepared: the drain waits for none
-        self._idle: asyncio.Event | None = None
-
-    @contextlib.contextmanager
-    def preparing(self) -> Iterator[None]:
-        """Around a request's preparation (its write included): background indexing
-        holds the GIL, so it runs only while no request is being prepared."""
-        self._busy += 1
-        if self._idle is not None:
-            self._idle.clear()
-        try:
-            yield
-        finally:
-            self._busy -= 1
-            if not self._busy and self._idle is not None:
-                self._idle.set()
 
     def relate(self, index: RelevanceIndex, vectors: Vectors | None,
                meta: dict[str, ChunkMeta], conv: Conversation, wait_ms: int,
@@ -117,14 +101,11 @@ class Relater:
         self._drains[id(index)] = task
         task.add_done_callback(lambda _: self._drains.pop(id(index), None))
 
-    async def _drain(self, index: RelevanceIndex) -> None:
-        if self._idle is None:
-            self._idle = asyncio.Event()
+    @staticmethod
+    async def _drain(index: RelevanceIndex) -> None:
         await asyncio.sleep(DRAIN_DELAY)
         while index.waiting:
-            if self._busy:
-                self._idle.clear()
-                await self._idle.wait()
+            await QUIET.wait()  # it holds the GIL: never while a request is prepared
             index.index_some(DRAIN_SLICE)
             await asyncio.sleep(0)
 
@@ -139,6 +120,7 @@ class Relater:
         """One background job at a time: the embedder's bulk queue, never ahead of queries."""
         assert self.embedder is not None
         while self._feed:
+            await QUIET.wait()
             batch = [self._feed.popleft() for _ in range(min(FEED_BATCH, len(self._feed)))]
             try:
                 await self.embedder.embed(batch)

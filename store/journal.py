@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 import structlog
 
+from store.quiet import QUIET
 from store.wal import Loaded, WriteAheadLog
 
 log = structlog.get_logger("ctxwarden.store")
@@ -141,6 +142,7 @@ class Journal:
                 # commit blocked the event loop ~1.3 ms, and it came once per request.
                 await asyncio.sleep(REPLAY_LINGER_S)
                 continue
+            await QUIET.wait()
             seqs, rows = self._round()
             try:
                 await self._apply(rows)

@@ -21,6 +21,8 @@ from typing import Any
 import structlog
 from lancedb.index import BTree
 
+from store.quiet import QUIET
+
 log = structlog.get_logger("ctxwarden.store")
 
 Row = dict[str, Any]
@@ -110,6 +112,7 @@ class EmbedWorker:
                 await self._wake.wait()
                 self._wake.clear()
                 continue
+            await QUIET.wait()
             batch = [self._pending[k] for k in list(self._pending)[: self._batch]]
             try:
                 await self._handle(batch)
