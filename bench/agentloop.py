@@ -15,7 +15,8 @@ temporary directory, the real local embedder, recall on as shipped):
   body is valid and within the window);
 - **cold whole histories**: a whole session sent for the first time with a question about
   one of its facts last; evidence kept = the answer token reached the upstream;
-- **a cold 1,000-message request** (a coding session with smaller outputs);
+- **cold 1,000-message requests** (coding sessions with smaller outputs; each a history
+  the proxy has never seen, sent once);
 - **tau-bench** airline trajectories at a 3,000-token window: reference hit rate (the
   replay core's references), share of the client's tokens forwarded, turns refused, cache
   prefix ratio.
@@ -292,7 +293,7 @@ class Workload:
     b2b: list[Session]
     paced: list[Session]
     cold: list[Case]
-    long: Session
+    long: list[Session]  # one per repetition: each is new to the proxy, content and all
     tau: list[dict[str, Any]]
 
 
@@ -309,7 +310,8 @@ def workload(plan: Plan, meter: Meter) -> Workload:
     rng.shuffle(pool)
     cold = [(agentgen.cold_case(s, f, rng), f, s.tools) for s, f in pool[:plan.cold]]
     tau = json.loads(TAU.read_text())[:plan.tau]  # issue 10 measured the first 40
-    return Workload(b2b, paced, cold, agentgen.long_history(plan.seed), tau)
+    long = [agentgen.long_history(plan.seed * 1000 + i) for i in range(plan.long_reps)]
+    return Workload(b2b, paced, cold, long, tau)
 
 
 @dataclass
@@ -393,9 +395,11 @@ class PolicyRun:
                             questions={(sid, len(msgs)): f}).session(msgs, sid, [msgs])
         return phase
 
-    async def long(self, s: Session, reps: int) -> Phase:
+    async def long(self, sessions: list[Session]) -> Phase:
+        """Each a history the proxy has never seen, not only a new session id: the same
+        history resent under another id finds every message counted and analysed."""
         phase = Phase(ReplayStats("long", WINDOW, MAX_OUT))
-        for i in range(reps):
+        for i, s in enumerate(sessions):
             await AgentLoop(self.target("loop-1"), phase, self.meter, s.tools).session(
                 s.messages, f"long-{self.policy}-{i}", [s.messages])
         return phase
@@ -417,7 +421,7 @@ class PolicyRun:
         r.tau = await self.tau(w.tau)
         say(f"{self.policy}: cold histories")
         r.cold = await self.cold(w.cold)
-        r.long = await self.long(w.long, plan.long_reps)
+        r.long = await self.long(w.long)
         r.rss_mb = self.proxy.peak_rss_mb()
         return r
 
@@ -524,8 +528,9 @@ def cold_table(results: list[PolicyResult], oracle: Facts, long_kb: float,
                      f"{_f(statistics.median(longs), '.1f')} / {_f(max(longs), '.1f')} | "
                      f"{r.rss_mb:.0f} |")
     lines.append(f"| oracle | {_f(oracle.share())} | — | — | — |")
-    return "\n".join(lines) + (f"\n\nThe {long_n:,}-message request is {long_kb:,.0f} KB "
-                               "of JSON, sent cold (a new session) each time.")
+    return "\n".join(lines) + (f"\n\nThe {long_n:,}-message requests are {long_kb:,.0f} KB "
+                               "of JSON on average, each a different history sent for the "
+                               "first time (new content, new session).")
 
 
 def tau_table(results: list[PolicyResult], oracle: ReplayStats, cuttable: dict[str, int]
@@ -661,7 +666,7 @@ async def run(quick: bool = False, policies: tuple[str, ...] = POLICIES, pause: 
     drains = "; ".join(f"{r.policy} " + ", ".join(
         f"{label} {waited:.0f} s" + (f" ({left} left)" if left else "")
         for label, waited, left in r.drained) for r in ran)
-    long_kb = len(orjson.dumps(w.long.messages)) / 1024
+    long_kb = statistics.fmean(len(orjson.dumps(s.messages)) / 1024 for s in w.long)
     took = time.perf_counter() - t0
     md = "\n".join([
         describe(w, plan, pause, meter), "",
@@ -670,7 +675,7 @@ async def run(quick: bool = False, policies: tuple[str, ...] = POLICIES, pause: 
         "### Facts kept in agent loops", "", loop_table(ran, oracle_b2b), "",
         misses_md(ran), "",
         "### Cold whole histories (question last, sent for the first time)", "",
-        cold_table(ran, oracle_cold, long_kb, len(w.long.messages)), "",
+        cold_table(ran, oracle_cold, long_kb, len(w.long[0].messages)), "",
         f"### tau-bench at {TAU_WINDOW:,} tokens, through the app", "",
         tau_table(ran, o_tau, cut), "",
         f"Waits for the embedders to drain (at most {plan.warm_s:g} s after the warm-up and "
