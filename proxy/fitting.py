@@ -15,6 +15,7 @@ tool results are cut head-and-tail (`cut`): the middle is replaced by one marked
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,21 +59,69 @@ def _what(part: Part) -> str:
 
 def stub_text(part: Part) -> str:
     what = _what(part)
+    ids = digest(part)
+    kept = f"; identifiers in it: {', '.join(ids)}" if ids else ""
     return (f"[ctxwarden: {part.chunk.tokens} tokens of {what} offloaded as chunk "
-            f"{part.chunk.id}; relevant passages are recalled automatically]")
+            f"{part.chunk.id}; relevant passages are recalled automatically{kept}]")
+
+
+DIGEST_IDS = 16  # identifiers an evicted tool result's stub keeps, at most
+DIGEST_CHARS_PER_TOKEN = 1.0  # their room, in characters per token of the result
+_WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-./:@#]{2,}")  # proxy.analysis's words
+_STRIP = ".,:;/-#@"
+_IS_KEY = re.compile(r'"\s*:')
+_KEY = re.compile(r'"([A-Za-z_][\w ]{0,30})"\s*:\s*"?$')
+
+
+def digest(part: Part) -> list[str]:
+    """What an evicted tool result's stub keeps: its rare tokens (`info.rare`: ids, dates,
+    numbers, what an agent copies into its next calls and cannot guess), in order of first
+    use as a value, each with the JSON key it is the value of (`dob=1990-04-05`); JSON keys
+    themselves (`address1`) are not kept. At most DIGEST_IDS, in about a third of the
+    result's tokens. One pass over the text, stopping when the room is used."""
+    text, rare = part.info.text, part.info.rare
+    if not rare or not isinstance(text, str):
+        return []
+    room = int(part.chunk.tokens * DIGEST_CHARS_PER_TOKEN)
+    out: list[str] = []
+    seen: set[str] = set()
+    for m in _WORD.finditer(text):
+        tok = m.group().strip(_STRIP)
+        if tok not in rare or tok in seen or _IS_KEY.match(text, m.end()):
+            continue
+        seen.add(tok)
+        key = _KEY.search(text, max(0, m.start() - 48), m.start())
+        item = f"{key.group(1)}={tok}" if key else tok
+        room -= len(item) + 2
+        if room < 0:
+            break
+        out.append(item)
+        if len(out) >= DIGEST_IDS:
+            break
+    return out
 
 
 class Fitter:
     def __init__(self, counter: TokenCounter) -> None:
         self.counter = counter
         self._stub_cost: dict[str, int] = {}
+        self._stub_text: dict[str, str] = {}
+
+    def stub(self, part: Part) -> str:
+        """`stub_text`, once per chunk (its digest reads the whole result)."""
+        text = self._stub_text.get(part.chunk.id)
+        if text is None:
+            if len(self._stub_text) > 100_000:
+                self._stub_text.clear()
+            text = self._stub_text[part.chunk.id] = stub_text(part)
+        return text
 
     def stub_cost(self, part: Part) -> int:
         cid = part.chunk.id
         cost = self._stub_cost.get(cid)
         if cost is None:
             framing = part.info.tokens - part.info.content_tokens
-            cost = framing + self.counter.text(stub_text(part))
+            cost = framing + self.counter.text(self.stub(part))
             if len(self._stub_cost) > 100_000:
                 self._stub_cost.clear()
             self._stub_cost[cid] = cost
@@ -276,7 +325,7 @@ class Fitter:
             if cost == 0:
                 continue
             if p.chunk.id in evicted and p.role in RESULTS:
-                out.append({**msg, "content": stub_text(p)})
+                out.append({**msg, "content": self.stub(p)})
             elif cuts and p.chunk.id in cuts:
                 out.append({**msg, "content": cuts[p.chunk.id]})
             else:

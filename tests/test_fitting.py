@@ -8,7 +8,7 @@ from policies.base import Chunk, ChunkClass, Policy, PolicyContext
 from proxy.analysis import MessageAnalyzer
 from proxy.chunking import Chunker, Conversation
 from proxy.config import ClassificationSettings
-from proxy.fitting import Fit, Fitter
+from proxy.fitting import Fit, Fitter, stub_text
 from proxy.tokens import REPLY_PRIMING, TokenCounter, encoding_for
 from proxy.validate import validate_messages
 from tests.support.messages import assistant, call, filler, tau_trajectories, tool, user
@@ -212,3 +212,29 @@ def test_an_unreachable_watermark_evicts_only_what_the_budget_needs() -> None:
     validate_messages(out)
     assert fact in out and fit.tokens == cost(out) <= budget
     assert fit.new  # something still had to go
+
+
+def test_a_stub_keeps_the_identifiers_of_what_it_offloaded() -> None:
+    """An evicted record's stub lists its ids, dates and numbers with their JSON keys (what
+    the agent copies into a later call: the payment id, the date of birth), not the keys
+    themselves; a long output's stays bounded; the accounting stays exact."""
+    record = ('{"name": {"first_name": "Mia", "last_name": "Li"}, "address": {"address1": '
+              '"975 Sunset Drive", "zip": "78750"}, "dob": "1990-04-05", "payment_methods": '
+              '{"credit_card_4421486": {"source": "credit_card", "last_four": "7447", "id": '
+              '"credit_card_4421486"}}, "reservations": ["NO6JO3", "AIXC49"]}')
+    msgs = [{"role": "system", "content": "sys"}, user("book a flight"),
+            assistant(None, call("c0", "get_user_details", '{"user_id": "mia_li_3668"}')),
+            tool("c0", record), assistant("noted"), user("and search"),
+            assistant(None, call("c1", "search", "{}")), tool("c1", filler(400, "s")),
+            assistant("found"), user("yes, proceed")]
+    conv, fit, out = run(msgs, budget=cost(msgs) - 300, watermark=1.0)
+    validate_messages(out)
+    assert fit.tokens == cost(out)  # the stubs cost what was counted
+    stub = stub_text(conv.parts[3])
+    assert conv.parts[3].chunk.id in stub
+    for kept in ("dob=1990-04-05", "id=credit_card_4421486", "last_four=7447", "zip=78750",
+                 "NO6JO3", "AIXC49"):
+        assert kept in stub
+    assert "address1" not in stub and "Sunset" not in stub
+    big = conv.parts[7]  # 400 distinct ids: the stub keeps a bounded few
+    assert COUNTER.text(stub_text(big)) < big.chunk.tokens / 4

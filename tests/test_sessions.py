@@ -26,6 +26,14 @@ def stubs(upstream: UpstreamServer) -> list[str]:
             for m in STUB.findall(msg["content"])]
 
 
+def results(upstream: UpstreamServer) -> tuple[set[str], set[str]]:
+    """Tool-call ids of the last forwarded request's tool results: (stubbed, whole)."""
+    sent = upstream.history[-1].body["messages"]
+    tools = [m for m in sent if m.get("role") == "tool"]
+    stubbed = {m["tool_call_id"] for m in tools if STUB.search(str(m.get("content")))}
+    return stubbed, {m["tool_call_id"] for m in tools} - stubbed
+
+
 def renamed(msgs: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]]:
     """The same conversation with other tool-call ids, as another run of the agent gets."""
     out = []
@@ -99,9 +107,10 @@ async def test_a_system_prompt_with_a_timestamp_stays_one_session(
         resp = await client.post(CHAT, json=body(history))
         assert resp.status == 200
         seen.add(resp.headers["X-Ctxwarden-Session"])
-        now = set(stubs(upstream))
-        assert kept_out <= now  # sticky: what was offloaded stays offloaded
-        kept_out = now
+        now, whole = results(upstream)
+        # sticky: what was offloaded stays offloaded (a stub, or dropped with its call)
+        assert not kept_out & whole
+        kept_out |= now
     assert len(seen) == 1 and kept_out
 
 
