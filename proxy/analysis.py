@@ -20,8 +20,8 @@ from proxy.tokens import TokenCounter
 _LOG_LINE = re.compile(
     r"^\s*(?:\[?\d{4}-\d\d-\d\d|\[?\d\d:\d\d:\d\d|(?:DEBUG|INFO|WARN|WARNING|ERROR|TRACE)\b)"
 )
-_WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-./:@#]{2,}")
-_STRIP = ".,:;/-#@"
+WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-./:@#]{2,}")  # a rare token's candidates
+STRIP = ".,:;/-#@"
 
 
 _DIGIT = re.compile(r"\d")
@@ -33,10 +33,10 @@ def rare_tokens(text: str) -> frozenset[str]:
     verdict is memoised: a cold 1,000-message history spent most of its analysis here."""
     out = set()
     cache = _RARE
-    for w in _WORD.findall(text):
+    for w in WORD.findall(text):
         r = cache.get(w, "")
         if r == "":
-            s = w.strip(_STRIP)
+            s = w.strip(STRIP)
             r = s if len(s) >= 4 and (_DIGIT.search(s) or ("/" in s and "." in s)) else None
             if len(cache) >= 200_000:
                 cache.clear()

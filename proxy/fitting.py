@@ -15,12 +15,12 @@ tool results are cut head-and-tail (`cut`): the middle is replaced by one marked
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from policies.base import ChunkClass, Policy, PolicyContext, Ranked
 from proxy.chunking import RESULTS, Conversation, Part
+from proxy.stubs import stub_text, what
 from proxy.tokens import REPLY_PRIMING, TokenCounter
 
 
@@ -50,55 +50,7 @@ FITS_REASON = "the whole request fits the budget: earlier evictions do not apply
 CUT_MARKER = ("[ctxwarden: {cut} tokens cut from the middle of this {what} to fit the "
               "context window; the full text is stored as chunk {id} and its relevant "
               "passages are recalled automatically]")
-MIN_KEEP = 64  # tokens of head + tail worth keeping; below that a cut does not help
-
-
-def _what(part: Part) -> str:
-    return f"{part.tool_name} output" if part.tool_name else "tool output"
-
-
-def stub_text(part: Part) -> str:
-    what = _what(part)
-    ids = digest(part)
-    kept = f"; identifiers in it: {', '.join(ids)}" if ids else ""
-    return (f"[ctxwarden: {part.chunk.tokens} tokens of {what} offloaded as chunk "
-            f"{part.chunk.id}; relevant passages are recalled automatically{kept}]")
-
-
-DIGEST_IDS = 16  # identifiers an evicted tool result's stub keeps, at most
-DIGEST_CHARS_PER_TOKEN = 1.0  # their room, in characters per token of the result
-_WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-./:@#]{2,}")  # proxy.analysis's words
-_STRIP = ".,:;/-#@"
-_IS_KEY = re.compile(r'"\s*:')
-_KEY = re.compile(r'"([A-Za-z_][\w ]{0,30})"\s*:\s*"?$')
-
-
-def digest(part: Part) -> list[str]:
-    """What an evicted tool result's stub keeps: its rare tokens (`info.rare`: ids, dates,
-    numbers, what an agent copies into its next calls and cannot guess), in order of first
-    use as a value, each with the JSON key it is the value of (`dob=1990-04-05`); JSON keys
-    themselves (`address1`) are not kept. At most DIGEST_IDS, in about a third of the
-    result's tokens. One pass over the text, stopping when the room is used."""
-    text, rare = part.info.text, part.info.rare
-    if not rare or not isinstance(text, str):
-        return []
-    room = int(part.chunk.tokens * DIGEST_CHARS_PER_TOKEN)
-    out: list[str] = []
-    seen: set[str] = set()
-    for m in _WORD.finditer(text):
-        tok = m.group().strip(_STRIP)
-        if tok not in rare or tok in seen or _IS_KEY.match(text, m.end()):
-            continue
-        seen.add(tok)
-        key = _KEY.search(text, max(0, m.start() - 48), m.start())
-        item = f"{key.group(1)}={tok}" if key else tok
-        room -= len(item) + 2
-        if room < 0:
-            break
-        out.append(item)
-        if len(out) >= DIGEST_IDS:
-            break
-    return out
+MIN_KEEP = 64  # tokens of head + tail worth keeping; belool_name else "tool output"
 
 
 class Fitter:
@@ -250,14 +202,14 @@ class Fitter:
             if over <= 0:
                 return
             ids = self.counter.encoding.encode_ordinary(p.info.text)
-            marker = CUT_MARKER.format(cut=len(ids), what=_what(p), id=p.chunk.id)
+            marker = CUT_MARKER.format(cut=len(ids), what=what(p), id=p.chunk.id)
             keep = len(ids) - over - self.counter.text(marker) - 4
             keep = max(keep, MIN_KEEP)
             if keep >= len(ids):
                 continue
             head = self.counter.encoding.decode(ids[: keep * 2 // 3])
             tail = self.counter.encoding.decode(ids[len(ids) - (keep - keep * 2 // 3):])
-            marker = CUT_MARKER.format(cut=len(ids) - keep, what=_what(p), id=p.chunk.id)
+            marker = CUT_MARKER.format(cut=len(ids) - keep, what=what(p), id=p.chunk.id)
             text = f"{head}\n{marker}\n{tail}"
             framing = p.info.tokens - p.info.content_tokens
             before = self.part_cost(conv, p, fit.evicted)

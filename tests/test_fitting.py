@@ -8,7 +8,8 @@ from policies.base import Chunk, ChunkClass, Policy, PolicyContext
 from proxy.analysis import MessageAnalyzer
 from proxy.chunking import Chunker, Conversation
 from proxy.config import ClassificationSettings
-from proxy.fitting import Fit, Fitter, stub_text
+from proxy.fitting import Fit, Fitter
+from proxy.stubs import stub_text
 from proxy.tokens import REPLY_PRIMING, TokenCounter, encoding_for
 from proxy.validate import validate_messages
 from tests.support.messages import assistant, call, filler, tau_trajectories, tool, user
