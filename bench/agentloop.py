@@ -66,7 +66,7 @@ import orjson
 from bench import agentgen
 from bench.agentgen import FACT_KINDS, Fact, Session
 from bench.harness import ROOT, HttpTarget, ProxyProcess, drain, free_port
-from bench.replay import Meter, Replay, ReplayStats, Sent, Step, references, requests_of
+from bench.replay import Meter, Replay, ReplayStats, Sent, Step, is_stub, references, requests_of
 
 POLICIES = ("rwoe", "mask", "lru", "truncate")
 WINDOW, MAX_OUT = 8000, 1024
@@ -113,10 +113,12 @@ class Facts:
     asked: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FACT_KINDS, 0))
     kept: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FACT_KINDS, 0))
     misses: list[str] = field(default_factory=list)  # "session#request: name answer"
+    via_stub: int = 0  # kept only as one of a stub's identifiers
 
-    def add(self, fact: Fact, kept: bool, where: str) -> None:
+    def add(self, fact: Fact, kept: bool, where: str, via_stub: bool = False) -> None:
         self.asked[fact.kind] += 1
         self.kept[fact.kind] += kept
+        self.via_stub += kept and via_stub
         if not kept:
             self.misses.append(f"{where}: {fact.kind}/{fact.name} {fact.answer!r} "
                                f"asked as {fact.question!r}")
@@ -194,8 +196,10 @@ class AgentLoop(Replay):
             self.phase.refused.append(step.messages)
         fact = self.questions.get((step.session, len(step.messages)))
         if fact is not None:
-            self.phase.facts.add(fact, fact_kept(fact, out, step.fits),
-                                 f"{step.session}#{step.index}")
+            kept = fact_kept(fact, out, step.fits)
+            self.phase.facts.add(fact, kept, f"{step.session}#{step.index}",
+                                 kept and out is not None and not fact_kept(
+                                     fact, [m for m in out if not is_stub(m)], True))
 
 
 def recall_tokens(out: list[dict[str, Any]], meter: Meter) -> int:
@@ -278,7 +282,7 @@ def oracle_tau(trajs: list[dict[str, Any]], meter: Meter, budget: int) -> Replay
                 s.refused += 1
                 continue
             s.tokens_out += meter.prompt(out)
-            reused, missed = references(meter, traj[len(msgs)], msgs, out)
+            reused, missed, _ = references(meter, traj[len(msgs)], msgs, out)
             s.reused += reused
             s.misses += missed
     return s
@@ -535,15 +539,16 @@ def cold_table(results: list[PolicyResult], oracle: Facts, long_kb: float,
 
 def tau_table(results: list[PolicyResult], oracle: ReplayStats, cuttable: dict[str, int]
               ) -> str:
-    lines = ["| policy | requests | reference hit rate | client tokens forwarded | refused "
-             "(400) | of which a cut tool result would fit | cache-prefix ratio | "
-             "overhead p50 (ms) | turns recalling |", "|" + "---|" * 9]
+    lines = ["| policy | requests | reference hit rate (only as a stub's identifier) | "
+             "client tokens forwarded | refused (400) | of which a cut tool result would fit | "
+             "cache-prefix ratio | overhead p50 (ms) | turns recalling |", "|" + "---|" * 9]
     for r in results:
         if r.tau is None:
             continue
         s = r.tau.stats
-        lines.append(f"| {r.policy} | {s.requests} | **{s.hit_rate:.3f}** | "
-                     f"{1 - s.reduction:.3f} | {s.refused} | {cuttable.get(r.policy, 0)} | "
+        lines.append(f"| {r.policy} | {s.requests} | **{s.hit_rate:.3f}** "
+                     f"({s.stub_hit_rate:.3f}) | {1 - s.reduction:.3f} | {s.refused} | "
+                     f"{cuttable.get(r.policy, 0)} | "
                      f"{s.prefix_ratio:.3f} | {_f(r.tau.overhead_q(0.5), '.1f')} | "
                      f"{_f(r.tau.recall_share)} |")
     lines.append(f"| oracle (keeps what the next reply reuses) | {oracle.requests} | "
@@ -560,7 +565,8 @@ def verdicts(results: list[PolicyResult], oracle_tau_hits: float) -> str:
     rivals = [p for p in ("mask", "lru", "truncate") if p in by]
     b2b = rw.b2b.facts
     out = [f"- facts kept back to back ≥ 0.95 with each kind ≥ 0.9: {_f(b2b.share())} "
-           f"({_kinds(b2b)} for tool / user / constraint): "
+           f"({_kinds(b2b)} for tool / user / constraint; {b2b.via_stub} of {b2b.total} "
+           "only as a stub's identifier): "
            f"{_met(b2b.share() >= 0.95 and all(b2b.share(k) >= 0.9 for k in FACT_KINDS))}."]
     if rw.paced is not None:
         out.append(f"- facts kept paced: {_f(rw.paced.facts.share())} (no target; "
@@ -569,7 +575,8 @@ def verdicts(results: list[PolicyResult], oracle_tau_hits: float) -> str:
                f"{_met(rw.cold.facts.share() >= 0.8)}.")
     hits = rw.tau.stats.hit_rate
     out.append(f"- tau-bench reference hits ≥ 0.90 at 3,000 tokens: {hits:.3f} "
-               f"(oracle {oracle_tau_hits:.3f}): {_met(hits >= 0.9)}; refused turns "
+               f"({rw.tau.stats.stub_hit_rate:.3f} only as a stub's identifier; oracle "
+               f"{oracle_tau_hits:.3f}): {_met(hits >= 0.9)}; refused turns "
                f"{rw.tau.stats.refused}.")
 
     def ahead(name: str, get: Callable[[PolicyResult], float]) -> str:

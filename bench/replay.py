@@ -128,21 +128,32 @@ def prefix_ratio(meter: Meter, prev: list[Message] | None, cur: list[Message]) -
     return same / total
 
 
+STUB_OPEN = "[ctxwarden: "  # an evicted tool result's stub (proxy/stubs.py) starts so
+
+
+def is_stub(m: Message) -> bool:
+    content = m.get("content")
+    return isinstance(content, str) and content.startswith(STUB_OPEN) and (
+        " offloaded as chunk " in content[:200])
+
+
 def references(meter: Meter, reply: Message, history: list[Message],
-               out: list[Message]) -> tuple[int, int]:
-    """(references the reply makes to the history, of which missing from `out`)."""
+               out: list[Message]) -> tuple[int, int, int]:
+    """(references the reply makes to the history, of which missing from `out`, of which
+    found in `out` only among a stub's identifiers)."""
     used = meter.rare(reply)
     if not used:
-        return 0, 0
+        return 0, 0, 0
     earlier: set[str] = set()
     for m in history:
         earlier |= meter.rare(m) & used
     if not earlier:
-        return 0, 0
-    forwarded: set[str] = set()
+        return 0, 0, 0
+    whole: set[str] = set()
+    stubs: set[str] = set()
     for m in out:
-        forwarded |= meter.rare(m) & earlier
-    return len(earlier), len(earlier - forwarded)
+        (stubs if is_stub(m) else whole).update(meter.rare(m) & earlier)
+    return len(earlier), len(earlier - whole - stubs), len(stubs - whole)
 
 
 @dataclass
@@ -165,6 +176,7 @@ class ReplayStats:
     recalling: int = 0  # requests the proxy recalled into
     reused: int = 0  # references with an earlier source
     misses: int = 0
+    stub_hits: int = 0  # references found only among a stub's identifiers
     requests_with_miss: int = 0
     prefix_ratios: list[float] = field(default_factory=list)
 
@@ -191,6 +203,11 @@ class ReplayStats:
     @property
     def hit_rate(self) -> float:
         return 1 - self.miss_rate
+
+    @property
+    def stub_hit_rate(self) -> float:
+        """The share of references hit only through a stub's identifiers."""
+        return self.stub_hits / self.reused if self.reused else 0.0
 
 
 @dataclass
@@ -270,9 +287,10 @@ class Replay:
             s.prefix_ratios.append(prefix_ratio(m, prev, out))
         n = len(step.messages)
         if n < len(step.traj):
-            reused, missed = references(m, step.traj[n], step.messages, out)
+            reused, missed, via_stub = references(m, step.traj[n], step.messages, out)
             s.reused += reused
             s.misses += missed
+            s.stub_hits += via_stub
             s.requests_with_miss += missed > 0
 
     def observe(self, step: Step) -> None:

@@ -98,7 +98,8 @@ def test_oracle_keeps_the_fact_and_fits() -> None:
 async def dropper(upstream: UpstreamServer) -> AsyncIterator[tuple[str, dict[str, str]]]:
     """A stand-in proxy in front of the upstream: replaces the content of any message
     holding one of `drop`'s tokens by a stub, or moves the token into a recall block
-    appended to the last message when the token maps to "recall"."""
+    appended to the last message when the token maps to "recall", or keeps it as one of
+    the stub's identifiers when it maps to "stub"."""
     rules: dict[str, str] = {}
 
     async def handle(request: web.Request) -> web.Response:
@@ -108,7 +109,9 @@ async def dropper(upstream: UpstreamServer) -> AsyncIterator[tuple[str, dict[str
         for token, how in rules.items():
             for i, m in enumerate(msgs):
                 if token in orjson.dumps(m).decode() and i != len(msgs) - 1:
-                    msgs[i] = {**m, "content": "[offloaded]"}
+                    msgs[i] = {**m, "content": "[offloaded]" if how != "stub" else (
+                        "[ctxwarden: 9 tokens of tool output offloaded as chunk c; relevant "
+                        f"passages are recalled automatically; identifiers in it: {token}]")}
                     if how == "recall":
                         recalled += 1
                         last = msgs[-1]
@@ -138,8 +141,8 @@ async def test_a_fact_is_kept_exactly_when_its_token_reaches_the_upstream(
     url, rules = dropper
     s = small("research", 4, facts=2)
     fate = {}
-    for i, f in enumerate(s.facts):  # dropped, kept, recalled in turn
-        fate[f.answer] = ("drop", "keep", "recall")[i % 3]
+    for i, f in enumerate(s.facts):  # dropped, kept, recalled, kept in a stub in turn
+        fate[f.answer] = ("drop", "keep", "recall", "stub")[i % 4]
         if fate[f.answer] != "keep":
             rules[f.answer] = fate[f.answer]
     phase = Phase(ReplayStats(window=10**9, max_output=0))
@@ -153,5 +156,6 @@ async def test_a_fact_is_kept_exactly_when_its_token_reaches_the_upstream(
     assert phase.facts.kept == expected
     assert phase.facts.total == len(s.facts) == 6
     assert len(phase.facts.misses) == sum(v == "drop" for v in fate.values())
+    assert phase.facts.via_stub == sum(v == "stub" for v in fate.values()) > 0
     assert phase.stats.recalling > 0 and max(phase.recall_tokens) > 0
     assert phase.stats.forwarded == phase.stats.requests and phase.stats.invalid == 0

@@ -203,7 +203,12 @@ def test_a_reply_reusing_an_evicted_id_is_a_reference_miss() -> None:
     reply = assistant("Flight HAT0931 and seat 14C are booked under ZK3QF9, ref NEWREF77.")
     kept, stubbed = traj, [*traj[:3], tool("a", "[ctxwarden: offloaded]")]
     for out, misses in ((kept, 0), (stubbed, 1)):
-        assert references(Meter(), reply, traj, out) == (2, misses)
+        assert references(Meter(), reply, traj, out) == (2, misses, 0)
+    # a stub that keeps the id among its identifiers: a hit, counted as through the stub
+    digest = tool("a", "[ctxwarden: 30 tokens of get_reservation output offloaded as chunk "
+                       "c1; relevant passages are recalled automatically; identifiers in "
+                       "it: flight=HAT0931]")
+    assert references(Meter(), reply, traj, [*traj[:3], digest]) == (2, 0, 1)
 
 
 def test_cli_replay_runs_real_trajectories_through_the_pipeline(
