@@ -147,9 +147,11 @@ class RecallSettings(_Strict):
     # Vectors refine where ready: a passage whose cosine to the step's words reaches this
     # is recalled too (and counts in RWOE's sim); the step's vector is waited for at most
     # vector_wait_ms. 0.5 sits above the noise MiniLM gives unrelated passages (<= 0.46 on
-    # the generated sessions, docs/design-notes.md).
+    # the generated sessions, docs/design-notes.md). 0 by default: MiniLM on two cores
+    # takes 10-20 ms for a query, so a short wait never got it and a long one costs every
+    # question that much; set it for a faster embedder (a GPU, an API within reach).
     min_similarity: float = Field(0.50, ge=-1, le=1)
-    vector_wait_ms: int = Field(5, ge=0, le=1000)
+    vector_wait_ms: int = Field(0, ge=0, le=1000)
     cross_session: bool = False
     timeout_ms: int = Field(1000, ge=1)
 
