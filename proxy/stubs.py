@@ -21,18 +21,21 @@ def stub_text(part: Part) -> str:
             f"{part.chunk.id}; relevant passages are recalled automatically{kept}]")
 
 
-DIGEST_IDS = 16  # identifiers an evicted tool result's stub keeps, at most
-DIGEST_CHARS_PER_TOKEN = 1.0  # their room, in characters per token of the result
+DIGEST_IDS = 16
+DIGEST_CHARS_PER_TOKEN = 1.0
 _IS_KEY = re.compile(r'"\s*:')
 _KEY = re.compile(r'"([A-Za-z_][\w ]{0,30})"\s*:\s*"?$')
+_LIST_KEY = re.compile(r'"([A-Za-z_][\w ]{0,30})"\s*:\s*\[[^\[\]{}]*"?$')  # "ids": [.., x
 
 
 def digest(part: Part) -> list[str]:
-    """What an evicted tool result's stub keeps: its rare tokens (`info.rare`: ids, dates,
-    numbers, what an agent copies into its next calls and cannot guess), in order of first
-    use as a value, each with the JSON key it is the value of (`dob=1990-04-05`); JSON keys
-    themselves (`address1`) are not kept. At most DIGEST_IDS, in about a third of the
-    result's tokens. One pass over the text, stopping when the room is used."""
+    """What an evicted tool result's stub keeps: the rare tokens (`info.rare`: ids, dates,
+    numbers, what an agent copies into its next calls and cannot guess) that are values of
+    a JSON record's fields, in order of first use, each with its key (`dob=1990-04-05`,
+    `reservations=NO6JO3` for a list's items); keys themselves (`address1`) are not kept,
+    nor tokens of plain text (a log's paths and timestamps: a stub of a listing stays a
+    plain stub). At most DIGEST_IDS, in about a third of the result's tokens. One pass
+    over the text, stopping when the room is used."""
     text, rare = part.info.text, part.info.rare
     if not rare or not isinstance(text, str):
         return []
@@ -44,8 +47,11 @@ def digest(part: Part) -> list[str]:
         if tok not in rare or tok in seen or _IS_KEY.match(text, m.end()):
             continue
         seen.add(tok)
-        key = _KEY.search(text, max(0, m.start() - 48), m.start())
-        item = f"{key.group(1)}={tok}" if key else tok
+        key = (_KEY.search(text, max(0, m.start() - 48), m.start())
+               or _LIST_KEY.search(text, max(0, m.start() - 160), m.start()))
+        if key is None:  # not a field of a record: plain text keeps a plain stub
+            continue
+        item = f"{key.group(1)}={tok}"
         room -= len(item) + 2
         if room < 0:
             break

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from policies.base import Chunk, ChunkClass, Policy, PolicyContext
@@ -234,8 +235,14 @@ def test_a_stub_keeps_the_identifiers_of_what_it_offloaded() -> None:
     stub = stub_text(conv.parts[3])
     assert conv.parts[3].chunk.id in stub
     for kept in ("dob=1990-04-05", "id=credit_card_4421486", "last_four=7447", "zip=78750",
-                 "NO6JO3", "AIXC49"):
+                 "reservations=NO6JO3", "reservations=AIXC49"):
         assert kept in stub
     assert "address1" not in stub and "Sunset" not in stub
-    big = conv.parts[7]  # 400 distinct ids: the stub keeps a bounded few
-    assert COUNTER.text(stub_text(big)) < big.chunk.tokens / 4
+    assert "identifiers in it" not in stub_text(conv.parts[7])  # plain text: a plain stub
+    many = json.dumps({"flights": [{"flight_number": f"HAT{i:04d}", "date": "2024-05-17"}
+                                   for i in range(300)]})
+    conv, fit, out = run([*msgs[:7], tool("c1", many), *msgs[8:]],
+                         budget=cost(msgs) - 300, watermark=1.0)
+    big = stub_text(conv.parts[7])  # 300 records: the stub keeps a bounded few
+    assert "flight_number=HAT0000" in big and big.count("=") == 16
+    assert COUNTER.text(big) < conv.parts[7].chunk.tokens / 4
