@@ -37,8 +37,8 @@ def digest(part: Part) -> list[str]:
     plain stub). At most DIGEST_IDS, in about a third of the result's tokens. One pass
     over the text, stopping when the room is used."""
     text, rare = part.info.text, part.info.rare
-    if not rare or not isinstance(text, str):
-        return []
+    if not rare or not isinstance(text, str) or ('":' not in text and '" :' not in text):
+        return []  # no record's fields in it (checked in C: most outputs are plain text)
     room = int(part.chunk.tokens * DIGEST_CHARS_PER_TOKEN)
     out: list[str] = []
     seen: set[str] = set()
