@@ -50,7 +50,7 @@ FITS_REASON = "the whole request fits the budget: earlier evictions do not apply
 CUT_MARKER = ("[ctxwarden: {cut} tokens cut from the middle of this {what} to fit the "
               "context window; the full text is stored as chunk {id} and its relevant "
               "passages are recalled automatically]")
-MIN_KEEP = 64  # tokens of head + tail worth keeping; belool_name else "tool output"
+MIN_KEEP = 64  # tokens of head + tail worth keeping; below that a cut does not help
 
 
 class Fitter:

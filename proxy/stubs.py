@@ -21,8 +21,8 @@ def stub_text(part: Part) -> str:
             f"{part.chunk.id}; relevant passages are recalled automatically{kept}]")
 
 
-DIGEST_IDS = 16
-DIGEST_CHARS_PER_TOKEN = 1.0
+DIGEST_IDS = 16  # identifiers an evicted record's stub keeps, at most
+DIGEST_CHARS_PER_TOKEN = 1.0  # their room, in characters per token of the result (~1/4)
 _IS_KEY = re.compile(r'"\s*:')
 _KEY = re.compile(r'"([A-Za-z_][\w ]{0,30})"\s*:\s*"?$')
 _LIST_KEY = re.compile(r'"([A-Za-z_][\w ]{0,30})"\s*:\s*\[[^\[\]{}]*"?$')  # "ids": [.., x
