@@ -389,7 +389,12 @@ class Pipeline:
 
 
 def _preview(text: str, width: int = 100) -> str:
-    flat = " ".join(text.split())
+    """The text's first `width` characters, whitespace collapsed. Reads a bounded head
+    (a cold history evicts ~900 chunks at once: splitting each whole cost ~10 ms)."""
+    head = text[: width * 8]
+    flat = " ".join(head.split())
+    if len(flat) <= width and len(head) < len(text):  # mostly blank head: read it all
+        flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 

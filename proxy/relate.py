@@ -65,7 +65,7 @@ class Relater:
         if self.embedder is None or vectors is None:
             return rel
         self._submit(vectors.new_texts())
-        vectors.resolve(self.embedder.cached)
+        vectors.resolve(self.embedder.cached_key)
         if step.words:
             qv = self.embedder.cached(step.words)
             if qv is not None:

@@ -57,6 +57,8 @@ class QueryEmbedder(Embedder, Protocol):
 
     def cached(self, text: str) -> Vectors | None: ...
 
+    def cached_key(self, key: bytes) -> Vectors | None: ...
+
     def embed_nowait(self, texts: Sequence[str]) -> bool: ...
 
     async def embed_within(self, texts: Sequence[str], timeout_s: float) -> Vectors | None: ...
@@ -68,6 +70,9 @@ class UnknownEmbedder(ValueError):
 
 def _key(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+key_of = _key  # the cache's key for a text (`CachedEmbedder.cached_key`)
 
 
 def _normalise(rows: Vectors) -> Vectors:
@@ -103,6 +108,11 @@ class CachedEmbedder:
     def cached(self, text: str) -> Vectors | None:
         """The vector if this text was embedded already; never computes (hot-path safe)."""
         return self._cache.get(_key(text))
+
+    def cached_key(self, key: bytes) -> Vectors | None:
+        """`cached` by the text's `key_of`: a caller that looks the same text up turn after
+        turn hashes it once."""
+        return self._cache.get(key)
 
     def answers_now(self) -> bool:
         """Whether a short wait for a new vector can pay off (a model idle and loaded);

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from store.embed import key_of
 from store.relevance import RelevanceIndex
 
 PENDING_MAX = 8192
@@ -24,32 +25,33 @@ class Vectors:
         self._nums: list[int] = []  # passage number of each row
         self._matrix: Any = None
         self._seen = 0  # passages handed to `pending` so far
-        self.pending: list[int] = []
+        self.pending: list[tuple[int, bytes]] = []  # (passage number, its cache key)
 
     def new_texts(self) -> list[str]:
         """Passages added to the index since the last call (to be embedded)."""
         n = self.index.passages_count
-        fresh = list(range(self._seen, n))
+        texts = [self.index.passage_text(i) for i in range(self._seen, n)]
+        self.pending += zip(range(self._seen, n), map(key_of, texts), strict=True)
         self._seen = n
-        self.pending += fresh
-        return [self.index.passage_text(i) for i in fresh]
+        return texts
 
-    def resolve(self, cached: Any, limit: int = 128) -> int:
+    def resolve(self, cached_key: Any, limit: int = 128) -> int:
         """Pick up vectors the embedder has finished (oldest first, at most `limit` looked
-        up per call); returns how many resolved."""
+        up per call, by the key hashed once in `new_texts`: an embedder that lags leaves
+        the same passages pending turn after turn); returns how many resolved."""
         if not self.pending:
             return 0
         if len(self.pending) > PENDING_MAX:  # the embedder dropped them long ago
             del self.pending[:-PENDING_MAX]
-        still: list[int] = []
+        still: list[tuple[int, bytes]] = []
         got = 0
-        for k, n in enumerate(self.pending):
+        for k, (n, key) in enumerate(self.pending):
             if k >= limit:
                 still += self.pending[k:]
                 break
-            v = cached(self.index.passage_text(n))
+            v = cached_key(key)
             if v is None:
-                still.append(n)
+                still.append((n, key))
             else:
                 self._rows.append(v)
                 self._nums.append(n)

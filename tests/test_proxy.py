@@ -209,3 +209,15 @@ async def test_one_log_line_per_request_without_message_text(make_client: Any) -
     assert "secret" not in repr(logs) and "sk-up" not in repr(logs)
 
 
+
+
+@pytest.mark.parametrize("text", [
+    "", "short", "a  b\n\nc", "word " * 500, " " * 2000 + "late words at the end",
+    "\n".join(f"line {i}:\tvalue" for i in range(300)), "x" * 150,
+])
+def test_an_events_preview_reads_a_bounded_head_but_says_what_the_whole_text_would(
+        text: str) -> None:
+    from proxy.pipeline import _preview
+
+    flat = " ".join(text.split())
+    assert _preview(text) == (flat if len(flat) <= 100 else flat[:99] + "…")

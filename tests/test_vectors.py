@@ -1,0 +1,62 @@
+"""Vectors beside the lexical index: picked up from the embedder's cache, never waited on."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from store.embed import key_of
+from store.relevance import RelevanceIndex
+from store.vectors import Vectors
+
+
+class CacheFake:
+    """The embedder's cache as the request path sees it: `finish` a text, and `history`
+    records every key looked up."""
+
+    def __init__(self) -> None:
+        self.done: dict[bytes, np.ndarray] = {}
+        self.history: list[bytes] = []
+
+    def finish(self, text: str, vector: list[float]) -> None:
+        v = np.asarray(vector, dtype=np.float32)
+        self.done[key_of(text)] = v / np.linalg.norm(v)
+
+    def cached_key(self, key: bytes) -> np.ndarray | None:
+        self.history.append(key)
+        return self.done.get(key)
+
+
+def test_a_lagging_embedder_leaves_passages_pending_and_resolves_them_later() -> None:
+    index = RelevanceIndex()
+    index.add("a", "the staging database lives on pg-stg-5171")
+    index.add("b", "unit tests passed in 4.2 seconds")
+    vectors = Vectors(index)
+    texts = vectors.new_texts()
+    assert texts == ["the staging database lives on pg-stg-5171",
+                     "unit tests passed in 4.2 seconds"]
+    cache = CacheFake()
+    assert vectors.resolve(cache.cached_key) == 0  # nothing embedded yet: no cosine
+    assert vectors.cosines(np.array([1.0, 0.0], dtype=np.float32)) == []
+    cache.finish(texts[1], [0.0, 1.0])
+    assert vectors.resolve(cache.cached_key) == 1
+    assert [n for n, _ in vectors.pending] == [0]
+    cache.finish(texts[0], [1.0, 0.0])
+    assert vectors.resolve(cache.cached_key) == 1
+    assert vectors.pending == []
+    sims = dict(vectors.cosines(np.array([1.0, 0.0], dtype=np.float32)))
+    assert sims == {0: 1.0, 1: 0.0}
+    # looked up by the key hashed once in new_texts, the same key on every turn
+    k0, k1 = key_of(texts[0]), key_of(texts[1])
+    assert cache.history == [k0, k1, k0, k1, k0]
+
+
+def test_resolve_looks_up_at_most_limit_passages_a_turn() -> None:
+    index = RelevanceIndex()
+    for i in range(5):
+        index.add(f"c{i}", f"passage number {i} about release v2.{i}")
+    vectors = Vectors(index)
+    vectors.new_texts()
+    cache = CacheFake()
+    assert vectors.resolve(cache.cached_key, limit=2) == 0
+    assert len(cache.history) == 2
+    assert [n for n, _ in vectors.pending] == [0, 1, 2, 3, 4]  # order kept
