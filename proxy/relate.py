@@ -52,7 +52,7 @@ class Relater:
                min_similarity: float = 0.5) -> Relevance:
         for p in conv.parts:
             index.add(p.chunk.id, p.info.text)
-            if p.tool_name:  # a tool output is about what its call asked for
+            if p.tool_name and not index.annotated(p.chunk.id):  # about what its call asked
                 index.annotate(p.chunk.id, f"{p.tool_name} {p.tool_args[:CALL_CHARS]}")
             m = meta.get(p.chunk.id)
             if m is None or m.klass != p.chunk.klass.value:  # the tail is PERMANENT only now

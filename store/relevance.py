@@ -24,13 +24,12 @@ is 1 (RWOE's similarity term).
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import islice
 
-from store.terms import PASSAGE_CHARS, identifiers, passages, terms
+from store.terms import PASSAGE_CHARS, Blob, identifiers, passages, terms
 
 K1, B = 1.2, 0.75
 IDEAL_TERMS = 8  # strength's yardstick: the query's most specific terms, not all of them
@@ -71,7 +70,7 @@ class RelevanceIndex:
         self._total_len = 0
         self._annotated: dict[str, frozenset[str]] = {}  # chunk id -> its call's terms
         self._waiting: dict[int, None] = {}  # passages not in the postings yet, in order
-        self._blob: tuple[str, list[int], list[int]] | None = None  # their text, lowered
+        self._blob: Blob | None = None  # their text, lowered, to find terms in
 
     def __len__(self) -> int:
         return len(self._chunks)
@@ -106,6 +105,9 @@ class RelevanceIndex:
         self._chunks[chunk_id] = nums
         self._blob = None
         return True
+
+    def annotated(self, chunk_id: str) -> bool:
+        return chunk_id in self._annotated
 
     def annotate(self, chunk_id: str, context: str) -> bool:
         """Count each term of `context` once more in every passage of the chunk, once per
@@ -154,22 +156,8 @@ class RelevanceIndex:
         if not want:
             return
         if self._blob is None:
-            nums = list(self._waiting)
-            starts, pos = [], 0
-            for n in nums:
-                starts.append(pos)
-                pos += len(self._text[n]) + 1
-            self._blob = ("\0".join(self._text[n] for n in nums).lower(), starts, nums)
-        blob, starts, nums = self._blob
-        hit: set[int] = set()
-        for t in want:
-            probe = t[:-1] if t.endswith("y") and len(t) > 2 else t
-            i = blob.find(probe)
-            while i >= 0:
-                k = bisect_right(starts, i) - 1
-                hit.add(nums[k])
-                nxt = starts[k + 1] if k + 1 < len(starts) else len(blob)
-                i = blob.find(probe, nxt)
+            self._blob = Blob({n: self._text[n] for n in self._waiting})
+        hit = self._blob.holders(want)
         for cid, extra in self._annotated.items():
             if not want.isdisjoint(extra):
                 hit.update(n for n in self._chunks[cid] if n in self._waiting)

@@ -12,6 +12,7 @@ tokens): a fact with its line of context, sharp enough to recall on its own.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 
 PASSAGE_CHARS = 400  # ~100 tokens: a fact with its line of context; sharper vectors too
 _WORD = re.compile(r"[A-Za-z0-9]+(?:[_\-./:@][A-Za-z0-9]+)*")
@@ -126,3 +127,33 @@ def passages(text: str, size: int = PASSAGE_CHARS) -> list[str]:
         else:
             out.append(tail)
     return [p for p in out if p.strip()]
+
+
+class Blob:
+    """Texts (by number) joined and lower-cased once, to find which of them can hold a
+    term: a term is a lower-cased substring of the word it came from (a word, an
+    identifier or one of its pieces, a stem's prefix; an -ies/-ied stem's "y" is left
+    off the probe), so one `str.find` per term over the whole blob finds them all."""
+
+    def __init__(self, texts: dict[int, str]) -> None:
+        self.nums = list(texts)
+        self.starts: list[int] = []
+        pos = 0
+        for text in texts.values():
+            self.starts.append(pos)
+            pos += len(text) + 1
+        self.text = "\0".join(texts.values()).lower()
+
+    def holders(self, wanted: set[str]) -> set[int]:
+        """The numbers of the texts that may hold one of the `wanted` terms."""
+        blob, starts, nums = self.text, self.starts, self.nums
+        hit: set[int] = set()
+        for t in wanted:
+            probe = t[:-1] if t.endswith("y") and len(t) > 2 else t
+            i = blob.find(probe)
+            while i >= 0:
+                k = bisect_right(starts, i) - 1
+                hit.add(nums[k])
+                nxt = starts[k + 1] if k + 1 < len(starts) else len(blob)
+                i = blob.find(probe, nxt)
+        return hit

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from store.relevance import RelevanceIndex
-from store.terms import passages, stem, terms
+from store.terms import Blob, passages, stem, terms
 
 FACT = ("Infra notes: the staging database runs on host pg-stg-7741.internal behind the "
         "bastion; backups at 02:00 UTC.")
@@ -157,3 +157,12 @@ def test_a_turns_few_new_passages_are_indexed_whole() -> None:
     assert idx.waiting == len(NOISE)
     idx.search("orders")
     assert idx.waiting == 0
+
+
+def test_a_blob_finds_the_texts_that_can_hold_a_term_and_never_across_two() -> None:
+    blob = Blob({3: "Batteries grew", 7: "the Gateway timed", 9: "out at pg-stg-7741"})
+    assert blob.holders({"batteri"}) == {3}  # the stem of "batteries"
+    assert blob.holders({"battery"}) == {3}  # an -ies stem's "y" is left off the probe
+    assert blob.holders({"7741", "gateway"}) == {7, 9}
+    assert blob.holders({"timedout"}) == set()  # the end of one text and the next
+    assert blob.holders(set()) == set()
