@@ -44,6 +44,9 @@ class ServerSettings(_Strict):
     port: int = Field(8787, ge=1, le=65535)
     max_body_mb: float = Field(32.0, gt=0)
     max_sessions: int = Field(10_000, ge=1)  # in-memory session states kept (LRU)
+    # and at most about this much memory for them (proxy/session.py `footprint`): past it
+    # the least recently used are dropped; they reload from the store when next seen
+    session_memory_mb: int = Field(2048, ge=1)
 
 
 class StoreSettings(_Strict):

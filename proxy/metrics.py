@@ -12,6 +12,10 @@
     ctxwarden_embed_backlog                         evicted chunks waiting to be embedded
     ctxwarden_embed_lag_seconds                     age of the oldest of them (read from the
                                                     store's `lag()` at scrape time)
+    ctxwarden_sessions                              session states held in memory
+    ctxwarden_session_memory_bytes                  their estimated size (`footprint`)
+    ctxwarden_sessions_dropped_total                states dropped for room (reloaded from
+                                                    the store when their session is next seen)
 
 Why per app, not prometheus-client's global registry: tests and benchmarks build many apps
 in one process, and each must count only its own traffic. Why the store and the upstream
@@ -37,12 +41,16 @@ from prometheus_client import (
     Gauge,
     Histogram,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
-from proxy.keys import STORE, UPSTREAM
+from proxy.keys import PIPELINE, STORE, UPSTREAM
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from proxy.pipeline import Prepared
+    from proxy.session import Sessions
 
 STORE_OPS = ("record", "offload", "log", "recall", "evicted_ids", "events", "sessions", "fetch",
              "log_turns", "turns")
@@ -173,6 +181,23 @@ def instrument_upstream(upstream: Any, m: Metrics) -> None:
         setattr(upstream, op, _timed(getattr(upstream, op), seen))
 
 
+class SessionsCollector:
+    """The session LRU's size, read at scrape time."""
+
+    def __init__(self, sessions: Sessions) -> None:
+        self.sessions = sessions
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.sessions
+        yield GaugeMetricFamily("ctxwarden_sessions", "Session states held in memory",
+                                value=len(s))
+        yield GaugeMetricFamily("ctxwarden_session_memory_bytes", "Estimated memory of the "
+                                "session states held", value=s.bytes)
+        yield CounterMetricFamily("ctxwarden_sessions_dropped", "Session states dropped for "
+                                  "room (reloaded from the store when next seen)",
+                                  value=s.dropped)
+
+
 async def metrics(request: web.Request) -> web.Response:
     body = generate_latest(request.app[METRICS].registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -182,6 +207,7 @@ def setup_metrics(app: web.Application, m: Metrics) -> None:
     """GET /metrics and request counts; `m` is the one the pipeline's TimedStore feeds."""
     app[METRICS] = m  # `count_requests` (in init_app's middleware list) reads it
     app.router.add_get("/metrics", metrics)
+    m.registry.register(SessionsCollector(app[PIPELINE].sessions))
     lag = getattr(app[STORE], "lag", None)  # LanceStore: cheap, no LanceDB query
     if callable(lag):
         m.embed_backlog.set_function(lambda: float(lag()["backlog"]))

@@ -137,7 +137,8 @@ class Pipeline:
     def __init__(self, settings: Settings, store: Store, replica: Replica | None = None) -> None:
         self.store = store
         self.replica = replica  # a store shared by replicas: sessions' heads (replica.py)
-        self.sessions = Sessions(settings.server.max_sessions)
+        self.sessions = Sessions(settings.server.max_sessions,
+                                 settings.server.session_memory_mb * 2**20)
         self.runtimes = {r.name: RouteRuntime(r, resolve_window(r, i))
                          for i, r in enumerate(settings.routes)}
         self.turns = TurnLog(store)  # per-turn summaries for the inspector, off the hot path
@@ -172,6 +173,7 @@ class Pipeline:
             prepared = await self._prepare(rt, body, tenant, sid, state)
             if not defer:
                 await prepared.commit()
+            self.sessions.account(tenant, sid, state)
             return prepared
 
     async def _load(self, state: SessionState, tenant: str, session: str) -> None:

@@ -18,8 +18,10 @@ Which session a request belongs to, first rule that applies (README: "Sessions")
    first conversation back claims the opening (docs/design-notes.md).
 
 A session's state (the evicted set, recall references, the lexical index of its chunks)
-is kept in a bounded LRU here and rebuilt after a restart: the evicted set and the evicted
-chunks' text from the store, the rest from the history the client resends.
+is kept in a bounded LRU here — at most `server.max_sessions` states and about
+`server.session_memory_mb` of memory (`SessionState.footprint`) — and rebuilt after a
+restart or a drop: the evicted set and the evicted chunks' text from the store, the rest
+from the history the client resends.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import asyncio
 import hashlib
 import re
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +87,14 @@ def _digest(*pieces: str) -> str:
     return "s-" + h.hexdigest()
 
 
+# A state's memory per character of text its session has shown us, measured on the
+# generated agent sessions (bench/agentgen.py, 80-270 k characters each): 16-35 bytes for
+# the lexical index's passages and postings, the messages' analysis and the previous
+# request kept to skip re-analysing it; plus each passage vector's 384 floats and list slot.
+STATE_BYTES_PER_CHAR = 32
+VECTOR_BYTES = 1_700
+
+
 @dataclass(slots=True)
 class SessionState:
     evicted: set[str] = field(default_factory=set)
@@ -103,24 +114,57 @@ class SessionState:
     version: int = 0
     published: dict[str, Any] | None = None
 
+    def footprint(self) -> int:
+        """Estimated bytes this state holds (see STATE_BYTES_PER_CHAR)."""
+        n = self.index.chars * STATE_BYTES_PER_CHAR
+        return n + (self.vectors.count * VECTOR_BYTES if self.vectors is not None else 0)
+
 
 class Sessions:
-    """Bounded LRU of session states, keyed by (tenant, session)."""
+    """Bounded LRU of session states, keyed by (tenant, session): at most `max_sessions`
+    states and, after each request (`account`), about `max_bytes` of them. A state whose
+    lock a request holds is never dropped (its next request would start a second one)."""
 
-    def __init__(self, max_sessions: int = 10_000) -> None:
+    def __init__(self, max_sessions: int = 10_000, max_bytes: int | None = None) -> None:
         self._states: OrderedDict[tuple[str, str], SessionState] = OrderedDict()
         self._max = max_sessions
+        self._max_bytes = max_bytes
+        self._bytes: dict[tuple[str, str], int] = {}  # as of each state's last request
+        self.bytes = 0  # their sum
+        self.dropped = 0  # states dropped for room, ever
 
     def get(self, tenant: str, session: str) -> SessionState:
         key = (tenant, session)
         state = self._states.get(key)
         if state is None:
             state = self._states[key] = SessionState()
-            while len(self._states) > self._max:
-                self._states.popitem(last=False)
+            if len(self._states) > self._max:
+                self._make_room(key, lambda: len(self._states) > self._max)
         else:
             self._states.move_to_end(key)
         return state
+
+    def account(self, tenant: str, session: str, state: SessionState) -> None:
+        """After a request: take the state's new footprint, and drop the least recently
+        used other states while the total is over `max_bytes`."""
+        key = (tenant, session)
+        if self._states.get(key) is not state:  # dropped while its request ran
+            return
+        size = state.footprint()
+        self.bytes += size - self._bytes.get(key, 0)
+        self._bytes[key] = size
+        limit = self._max_bytes
+        if limit is not None and self.bytes > limit:
+            self._make_room(key, lambda: self.bytes > limit)
+
+    def _make_room(self, keep: tuple[str, str], over: Callable[[], bool]) -> None:
+        for key in list(self._states):
+            if not over():
+                return
+            if key != keep and not self._states[key].lock.locked():
+                del self._states[key]
+                self.bytes -= self._bytes.pop(key, 0)
+                self.dropped += 1
 
     def resolve(self, tenant: str, key: SessionKey) -> tuple[str, SessionState]:
         """The session id and state for `key`: a derived session's opening is claimed by
@@ -138,3 +182,6 @@ class Sessions:
 
     def __len__(self) -> int:
         return len(self._states)
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return key in self._states

@@ -79,6 +79,11 @@ class RelevanceIndex:
         return chunk_id in self._chunks
 
     @property
+    def chars(self) -> int:
+        """Characters of text held (every chunk added): what a session's memory scales with."""
+        return self._total_len
+
+    @property
     def passages_count(self) -> int:
         return len(self._owner)
 

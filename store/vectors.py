@@ -27,6 +27,11 @@ class Vectors:
         self._seen = 0  # passages handed to `pending` so far
         self.pending: list[tuple[int, bytes]] = []  # (passage number, its cache key)
 
+    @property
+    def count(self) -> int:
+        """Vectors held (each one passage's)."""
+        return len(self._rows)
+
     def new_texts(self) -> list[str]:
         """Passages added to the index since the last call (to be embedded)."""
         n = self.index.passages_count

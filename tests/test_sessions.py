@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.keys import PIPELINE
+from proxy.session import STATE_BYTES_PER_CHAR, Sessions
 from store.base import MemoryStore
 from tests.support.app import CHAT, STUB, ClientFactory, make, settings_for
 from tests.support.messages import assistant, call, filler, long_session, tool, user
@@ -155,3 +157,54 @@ async def test_a_bad_session_name_in_metadata_is_refused(
         "type": "invalid_request_error", "param": "metadata.session_id",
         "code": "invalid_session_id"}}
     assert upstream.history == []
+
+
+async def test_the_session_lru_keeps_to_its_memory_and_never_drops_a_busy_state() -> None:
+    per_state = 1000 * STATE_BYTES_PER_CHAR
+    sessions = Sessions(max_sessions=10, max_bytes=3 * per_state)
+    states = {}
+    for name in "abc":
+        states[name] = sessions.get("t", name)
+        states[name].index.add("c", "x" * 1000)
+        sessions.account("t", name, states[name])
+    assert len(sessions) == 3 and sessions.bytes == 3 * per_state and sessions.dropped == 0
+    await states["b"].lock.acquire()  # a request of b's is in flight
+    states["d"] = sessions.get("t", "d")
+    states["d"].index.add("c", "x" * 1000)
+    sessions.account("t", "d", states["d"])
+    assert ("t", "a") not in sessions and sessions.dropped == 1  # the least recently used
+    states["c"].index.add("more", "y" * 1000)  # c grew on its next request
+    sessions.get("t", "c")
+    sessions.account("t", "c", states["c"])
+    # over again: a is gone, b is busy, so d (now the least recently used idle one) goes
+    assert {n for n in "abcd" if ("t", n) in sessions} == {"b", "c"}
+    assert sessions.dropped == 2
+    assert sessions.bytes == states["b"].footprint() + states["c"].footprint() == 3 * per_state
+    states["b"].lock.release()
+
+
+async def test_a_session_dropped_for_memory_reloads_its_evictions_from_the_store(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    settings = settings_for(upstream)
+    settings = settings.model_copy(update={
+        "server": settings.server.model_copy(update={"session_memory_mb": 1})})
+    client = await make(aiohttp_client, settings, MemoryStore())
+    history = long_session(24)  # ~36,000 characters: over 1 MB of state on its own
+    first = await client.post(CHAT, json=body(history), headers={"X-Session-ID": "a"})
+    evicted = set(stubs(upstream))
+    assert first.status == 200 and evicted
+    sessions = client.app[PIPELINE].sessions
+    assert ("default", "a") in sessions and sessions.dropped == 0  # alone: kept
+    other = await client.post(CHAT, json=body(renamed(history, "-b")),
+                              headers={"X-Session-ID": "b"})
+    assert other.status == 200
+    assert ("default", "a") not in sessions and sessions.dropped == 1
+    metrics = await (await client.get("/metrics")).text()
+    assert "ctxwarden_sessions_dropped_total 1.0" in metrics
+    assert "ctxwarden_sessions 1.0" in metrics
+    # a's next turn: its state is rebuilt, its evictions read back from the store, so the
+    # chunks it had stubbed stay stubbed (the prompt's prefix stays as it was)
+    more = [*history, assistant("Done with the files."), user("Summarise the build fix.")]
+    again = await client.post(CHAT, json=body(more), headers={"X-Session-ID": "a"})
+    assert again.status == 200
+    assert evicted <= set(stubs(upstream))
