@@ -127,12 +127,16 @@ class MsgInfo:
 
 
 class MessageAnalyzer:
-    """Fingerprints, counts and inspects messages once; bounded LRU cache."""
+    """Fingerprints, counts and inspects messages once; an LRU cache bounded in entries
+    and in the characters of the messages' text it keeps."""
 
-    def __init__(self, counter: TokenCounter, cache_size: int = 100_000) -> None:
+    def __init__(self, counter: TokenCounter, cache_size: int = 100_000,
+                 cache_chars: int = 64_000_000) -> None:
         self.counter = counter
         self._cache: OrderedDict[str, MsgInfo] = OrderedDict()
         self._cache_size = cache_size
+        self._cache_chars = cache_chars  # the infos' texts, in all
+        self._chars = 0
 
     def info(self, msg: dict[str, Any]) -> MsgInfo:
         raw = orjson.dumps(msg, option=orjson.OPT_SORT_KEYS)
@@ -152,8 +156,9 @@ class MessageAnalyzer:
             log_like=is_tool and _looks_like_log(text),
         )
         self._cache[fp] = info
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        self._chars += len(text)
+        while len(self._cache) > self._cache_size or self._chars > self._cache_chars:
+            self._chars -= len(self._cache.popitem(last=False)[1].text)
         return info
 
 

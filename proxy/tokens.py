@@ -79,15 +79,18 @@ def _json(value: Any) -> str:
 
 class TokenCounter:
     """Counts text with one encoding (scaled by the family's factor) and media by the
-    family's rules; text counts cached by text (bounded LRU)."""
+    family's rules; text counts cached by text (an LRU bounded in entries and in the
+    characters of the texts it keeps: agent tool outputs run to tens of KB each)."""
 
     def __init__(self, encoding: tiktoken.Encoding, cache_size: int = 200_000,
-                 model: str = "") -> None:
+                 model: str = "", cache_chars: int = 64_000_000) -> None:
         self.encoding = encoding
         self.family, self.factor = family_of(model)
         self.media = MediaRules(self.family, model.lower())
         self._cache: OrderedDict[str, int] = OrderedDict()
         self._cache_size = cache_size
+        self._cache_chars = cache_chars  # the texts it keeps as keys, in all
+        self._chars = 0
         self._last: tuple[Any, int] = (None, 0)  # the last list content counted
 
     def text(self, s: str) -> int:
@@ -100,8 +103,9 @@ class TokenCounter:
         if self.factor != 1.0:
             n = math.ceil(n * self.factor)
         self._cache[s] = n
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        self._chars += len(s)
+        while len(self._cache) > self._cache_size or self._chars > self._cache_chars:
+            self._chars -= len(self._cache.popitem(last=False)[0])
         return n
 
     def content(self, content: Any) -> int:

@@ -144,3 +144,23 @@ async def test_an_sdk_echoed_reply_costs_no_more_than_its_content(
         counts.append(int(resp.headers["X-Ctxwarden-Tokens-In"]))
     assert counts[0] == counts[1]
     assert counts[2] == counts[0] - n("Done.") + 3 + n("I can't help with that.")
+
+
+def test_the_count_and_analysis_caches_keep_to_their_characters() -> None:
+    from proxy.analysis import MessageAnalyzer
+    from proxy.tokens import TokenCounter, encoding_for
+
+    counter = TokenCounter(encoding_for("gpt-4o"), cache_chars=10_000)
+    analyzer = MessageAnalyzer(counter, cache_chars=10_000)
+    outputs = [f"output {i}: " + "lorem ipsum " * 400 for i in range(6)]  # ~4,800 each
+    infos = [analyzer.info({"role": "tool", "tool_call_id": f"c{i}", "content": text})
+             for i, text in enumerate(outputs)]
+    kept = [t for t in counter._cache if t.startswith("output")]  # ids are cached too
+    assert kept == outputs[-2:] and counter._chars <= 10_000  # the most recent stay
+    assert len(analyzer._cache) == 2 and analyzer._chars <= 10_000
+    # a dropped entry is counted again, to the same figure
+    assert counter.text(outputs[0]) == infos[0].content_tokens
+    huge = "x " * 20_000  # alone over the bound: counted, not kept
+    assert counter.text(huge) == len(counter.encoding.encode_ordinary(huge))
+    assert huge not in counter._cache
+    assert counter._chars == sum(len(t) for t in counter._cache) <= 10_000
