@@ -25,7 +25,7 @@ class Vectors:
         self._nums: list[int] = []  # passage number of each row
         self._matrix: Any = None
         self._seen = 0  # passages handed to `pending` so far
-        self.pending: list[tuple[int, bytes]] = []  # (passage number, its cache key)
+        self.pending: list[tuple[int, bytes | None]] = []  # (passage, its key once hashed)
 
     @property
     def count(self) -> int:
@@ -35,25 +35,28 @@ class Vectors:
     def new_texts(self) -> list[str]:
         """Passages added to the index since the last call (to be embedded)."""
         n = self.index.passages_count
+        self.pending += ((i, None) for i in range(self._seen, n))
         texts = [self.index.passage_text(i) for i in range(self._seen, n)]
-        self.pending += zip(range(self._seen, n), map(key_of, texts), strict=True)
         self._seen = n
         return texts
 
     def resolve(self, cached_key: Any, limit: int = 128) -> int:
         """Pick up vectors the embedder has finished (oldest first, at most `limit` looked
-        up per call, by the key hashed once in `new_texts`: an embedder that lags leaves
-        the same passages pending turn after turn); returns how many resolved."""
+        up per call); returns how many resolved. A passage's cache key is hashed when it is
+        first looked up and kept: an embedder that lags leaves the same passages pending
+        turn after turn, and a cold history's thousands wait their turn unhashed."""
         if not self.pending:
             return 0
         if len(self.pending) > PENDING_MAX:  # the embedder dropped them long ago
             del self.pending[:-PENDING_MAX]
-        still: list[tuple[int, bytes]] = []
+        still: list[tuple[int, bytes | None]] = []
         got = 0
         for k, (n, key) in enumerate(self.pending):
             if k >= limit:
                 still += self.pending[k:]
                 break
+            if key is None:
+                key = key_of(self.index.passage_text(n))
             v = cached_key(key)
             if v is None:
                 still.append((n, key))

@@ -208,3 +208,6 @@ async def test_a_session_dropped_for_memory_reloads_its_evictions_from_the_store
     again = await client.post(CHAT, json=body(more), headers={"X-Session-ID": "a"})
     assert again.status == 200
     assert evicted <= set(stubs(upstream))
+    metrics = await (await client.get("/metrics")).text()
+    loads = 'ctxwarden_store_seconds_count{op="evicted_ids"} 3.0'  # a, b, and a again
+    assert loads in metrics

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from store.embed import key_of
 from store.relevance import RelevanceIndex
@@ -48,6 +49,29 @@ def test_a_lagging_embedder_leaves_passages_pending_and_resolves_them_later() ->
     # looked up by the key hashed once in new_texts, the same key on every turn
     k0, k1 = key_of(texts[0]), key_of(texts[1])
     assert cache.history == [k0, k1, k0, k1, k0]
+
+
+def test_a_passage_is_hashed_once_and_only_when_its_turn_to_be_looked_up_comes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import store.vectors
+
+    hashed: list[str] = []
+
+    def counting_key_of(text: str) -> bytes:
+        hashed.append(text)
+        return key_of(text)
+
+    monkeypatch.setattr(store.vectors, "key_of", counting_key_of)
+    index = RelevanceIndex()
+    for i in range(300):  # a cold history's worth
+        index.add(f"c{i}", f"passage {i} of a long history, id-{i:04d}")
+    vectors = Vectors(index)
+    vectors.new_texts()
+    assert hashed == []  # nothing hashed on the request that brought them
+    cache = CacheFake()
+    vectors.resolve(cache.cached_key, limit=128)
+    vectors.resolve(cache.cached_key, limit=128)  # the same 128 again: no new hashing
+    assert len(hashed) == 128 and len(set(hashed)) == 128
 
 
 def test_resolve_looks_up_at_most_limit_passages_a_turn() -> None:
