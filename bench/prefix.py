@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import proxy  # noqa: F401  (offline defaults)
-from bench.replay import ReplayStats, replay, route
+from bench.replay import Message, Meter, ReplayStats, replay, requests_of, route
 from bench.sessions import generate
 from bench.sessions import requests_of as generated_requests
 
@@ -46,6 +46,49 @@ def generated(quick: bool) -> list[dict[str, Any]]:
         assert len(generated_requests(s.messages)) >= 2
         out.append({"task_id": f"gen{k}", "trial": 0, "traj": s.messages})
     return out
+
+
+MARKS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9)
+
+
+def bounds(trajectories: list[list[Message]], meter: Meter, budget: int,
+           marks: tuple[float, ...] = MARKS) -> tuple[float, float, float]:
+    """What the workload allows: (ceiling, best, its watermark), as mean cache-prefix
+    ratios over every request after a session's first (`requests_of` each trajectory).
+
+    ceiling: a bound no policy that forwards each turn's new messages whole can pass: they
+    are never in the previous prompt, and the prompt is at most min(budget, the whole
+    history), so a request's ratio is at most 1 - new / that. best: the best, over low
+    watermarks `marks`, of dropping the oldest messages after the first (the system
+    prompt) once a request is over `budget`, down to mark x budget: the prefix breaks
+    right after the first message on each such turn and holds on the others. A policy
+    that keeps each turn's new content can beat `best` only by breaking the prefix later
+    than the oldest message."""
+    def mean(mark: float | None) -> float:
+        ratios: list[float] = []
+        for traj in trajectories:
+            head = meter.tokens(traj[0])
+            kept: list[int] = []
+            seen, prev = 1, 0
+            for msgs in requests_of(traj):
+                kept += (meter.tokens(m) for m in msgs[seen:])
+                seen, total, broke = len(msgs), head + sum(kept), False
+                if mark is None:  # the ceiling: new tokens against the largest prompt
+                    if prev:
+                        ratios.append(max(0.0, 1 - (total - prev) / min(budget, total)))
+                    prev = total
+                    continue
+                if total > budget:
+                    while len(kept) > 1 and head + sum(kept) > mark * budget:
+                        kept.pop(0)
+                    total, broke = head + sum(kept), True
+                if prev:
+                    ratios.append((head if broke else prev) / total)
+                prev = total
+        return sum(ratios) / len(ratios) if ratios else 0.0
+
+    best = max(marks, key=mean)
+    return mean(None), mean(best), best
 
 
 def _row(label: str, s: ReplayStats) -> str:

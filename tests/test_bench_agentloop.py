@@ -17,6 +17,7 @@ from aiohttp import web
 from bench import agentgen
 from bench.agentloop import AgentLoop, Phase, oracle_fit
 from bench.harness import HttpTarget
+from bench.prefix import bounds
 from bench.replay import Meter, ReplayStats, requests_of, tool_pairs_valid
 from tests.support.openai_server import UpstreamServer
 
@@ -159,3 +160,32 @@ async def test_a_fact_is_kept_exactly_when_its_token_reaches_the_upstream(
     assert phase.facts.via_stub == sum(v == "stub" for v in fate.values()) > 0
     assert phase.stats.recalling > 0 and max(phase.recall_tokens) > 0
     assert phase.stats.forwarded == phase.stats.requests and phase.stats.invalid == 0
+
+
+def test_prefix_bounds_follow_their_definitions() -> None:
+    meter = Meter()
+    traj = [{"role": "system", "content": "policy " * 40}]
+    for i in range(4):
+        traj += [{"role": "user", "content": f"question {i} " * 30},
+                 {"role": "assistant", "content": f"answer {i} " * 20}]
+    n = [meter.tokens(m) for m in traj]
+    totals = [sum(n[:k]) for k in range(2, len(traj), 2)]  # the four requests' prompts
+
+    # Room for everything: the ceiling is 1 - new/total per request, and nothing is dropped.
+    ceiling, best, _ = bounds([traj], meter, budget=10_000)
+    pairs = list(zip(totals, totals[1:], strict=False))
+    assert ceiling == pytest.approx(sum(1 - (b - a) / b for a, b in pairs) / 3)
+    assert best == pytest.approx(sum(a / b for a, b in pairs) / 3)
+
+    # The fourth request is over budget; with mark 0 it keeps only its newest message, and
+    # the prefix breaks right after the system prompt.
+    budget = totals[3] - 1
+    ceiling, best, mark = bounds([traj], meter, budget, marks=(0.0,))
+    last = n[0] + n[7]
+    assert mark == 0.0
+    assert best == pytest.approx((totals[0] / totals[1] + totals[1] / totals[2]
+                                  + n[0] / last) / 3)
+    new4 = totals[3] - totals[2]
+    assert ceiling == pytest.approx((1 - (totals[1] - totals[0]) / totals[1]
+                                     + 1 - (totals[2] - totals[1]) / totals[2]
+                                     + 1 - new4 / budget) / 3)
