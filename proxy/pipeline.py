@@ -7,8 +7,6 @@ forwarded; if the store cannot take them, nothing is dropped and the caller gets
 
 from __future__ import annotations
 
-import asyncio
-import math
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -16,34 +14,20 @@ from typing import Any
 
 import structlog
 
-from policies import Policy, PolicyContext, get_policy
-from proxy.analysis import MessageAnalyzer
-from proxy.chunking import Chunker, Conversation
-from proxy.config import ConfigError, RouteSettings, Settings
-from proxy.errors import ContextLengthExceeded
-from proxy.fitting import Fit, Fitter
-from proxy.recall import (
-    CLOSE,
-    OPEN,
-    Block,
-    ChunkMeta,
-    Recalled,
-    RecallResult,
-    host_of,
-    make_block,
-    place,
-    select,
-)
-from proxy.relate import Relater, Relevance
+from policies import PolicyContext
+from proxy.config import RouteSettings, Settings
+from proxy.recall import ChunkMeta, place
+from proxy.recalling import across_sessions, carried, within_session
+from proxy.records import fingerprints, prefix_ratio, record
+from proxy.relate import Relater
 from proxy.replica import Replica
+from proxy.runtime import RouteRuntime, resolve_window, too_long
 from proxy.session import SessionKey, Sessions, SessionState
-from proxy.tokens import REPLY_PRIMING, TokenCounter, encoding_for
+from proxy.tokens import REPLY_PRIMING
 from proxy.turnlog import TurnLog, summary
-from store.base import Event, EvictedChunk, RecallQuery, Store
+from store.base import Event, EvictedChunk, Store
 from store.errors import EventsUnrecorded, StoreUnavailable
-from store.media import Media
 from store.quiet import QUIET
-from store.relevance import Hit
 from store.vectors import Vectors
 
 log = structlog.get_logger("ctxwarden")
@@ -89,48 +73,6 @@ class Prepared:
                 "budget": self.budget, "evicted": self.evicted,
                 "new_evictions": self.new_evictions, "recalled": self.recalled,
                 "policy": self.route.policy, "prefix_ratio": round(self.prefix_ratio, 3)}
-
-
-class RouteRuntime:
-    """Everything a route needs per request, built once."""
-
-    def __init__(self, route: RouteSettings, window: int) -> None:
-        self.route = route
-        self.window = window
-        self.counter = TokenCounter(encoding_for(route.upstream.model),
-                                    model=route.upstream.model)
-        self.analyzer = MessageAnalyzer(self.counter)
-        self.chunker = Chunker(self.analyzer, route.classification)
-        self.fitter = Fitter(self.counter)
-        self.policy: Policy = get_policy(route.policy, **route.policy_params)
-
-        self.block_overhead = self.counter.text(OPEN + CLOSE) + 8
-
-    def room(self, body: dict[str, Any], tools_tokens: int) -> tuple[int, int]:
-        """(room for messages, reserved output). Recall takes its share of the room only on
-        the turns that recall (`Pipeline._recall`), so the rest of the time it all goes to
-        the conversation."""
-        r = self.route
-        reserved = body.get("max_completion_tokens") or body.get("max_tokens")
-        reserved = int(reserved) if reserved else r.max_output_tokens
-        room = self.window - reserved - tools_tokens - math.ceil(r.safety_margin * self.window)
-        return room, reserved
-
-
-def resolve_window(route: RouteSettings, index: int) -> int:
-    if route.context_window:
-        return route.context_window
-    import litellm
-
-    try:
-        info = litellm.get_model_info(route.upstream.model)
-        window = info.get("max_input_tokens") or info.get("max_tokens")
-    except Exception:
-        window = None
-    if not window:
-        raise ConfigError(f"routes[{index}].context_window: LiteLLM does not know the window of "
-                          f"{route.upstream.model!r}; set context_window for route {route.name!r}")
-    return int(window)
 
 
 class Pipeline:
@@ -218,7 +160,7 @@ class Pipeline:
         if fit.tokens > room:
             rt.fitter.cut(conv, fit, room)
             if fit.tokens > room:
-                raise _too_long(rt, conv, fit, room, reserved, tools_tokens)
+                raise too_long(rt, conv, fit, room, reserved, tools_tokens)
         # recall: evicted passages the step clearly asks about, within the room left;
         # blocks from earlier turns stay on their messages while nothing else changes
         await self.relater.finish(rel, state.index, state.vectors)
@@ -226,11 +168,12 @@ class Pipeline:
         # trailing system reminder or assistant prefill does not change that)
         asked_now = next((p.role == "user" for p in reversed(conv.parts)
                           if p.role in ("user", "tool")), False)
-        kept = [] if asked_now else _carried(state.blocks, conv, fit, room)
-        fit, recall = self._recall(rt, conv, fit, rel, state, room, target, ctx, kept,
-                                   asked_now)
+        kept = [] if asked_now else carried(state.blocks, conv, fit, room)
+        fit, recall = within_session(rt, conv, fit, rel, state, room, target, ctx, kept,
+                                     asked_now)
         if settings.cross_session and not recall.passages and rel.step.text:
-            recall = await self._recall_across(rt, conv, fit, recall, tenant, session, room)
+            recall = await across_sessions(self.store, rt, conv, fit, recall, tenant, session,
+                                             room)
         state.blocks = recall.blocks
         # assemble: kept messages, stubs and cuts, the recall blocks on their hosts
         costs = [rt.fitter.part_cost(conv, p, fit.evicted) for p in conv.parts]
@@ -238,9 +181,9 @@ class Pipeline:
         out = place(out, [p.chunk.id for p, c in zip(conv.parts, costs, strict=True) if c],
                     recall.blocks)
         # offload and log (`commit`): one durable append before anything evicted leaves
-        chunks, events = self._record(rt, conv, fit, recall, tenant, session, messages)
-        prompt = _fingerprints(conv, costs, fit, recall.blocks)
-        ratio = _prefix_ratio(state.last_prompt, prompt)
+        chunks, events = record(rt, conv, fit, recall, tenant, session, messages)
+        prompt = fingerprints(conv, costs, fit, recall.blocks)
+        ratio = prefix_ratio(state.last_prompt, prompt)
         state.last_prompt = prompt
         tokens_out = fit.tokens + recall.tokens + tools_tokens
         recalled = [e for e in events if e.action == "recall"]
@@ -286,172 +229,3 @@ class Pipeline:
             log.warning("events_unrecorded", error=str(exc), retry=True,
                         events=[f"{e.action} {e.chunk_id}: {e.reason}" for e in events])
             self.turns.retry(events)
-
-    def _recall(self, rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevance,
-                state: SessionState, room: int, target: int, ctx: PolicyContext,
-                kept: list[Block], asked_now: bool) -> tuple[Fit, RecallResult]:
-        """Choose passages of evicted chunks not already in a kept block. When they do not
-        fit the room left, fit again leaving room for them if the user asks now or this
-        turn evicts anyway; otherwise (and after a cut) they take the free room, weakest
-        dropped first."""
-        settings = rt.route.recall
-        query = rel.step.text
-        result = RecallResult(blocks=kept, tokens=sum(b.tokens for b in kept), query=query)
-        in_context = {p.chunk.id for p in conv.parts if p.chunk.id not in fit.evicted}
-        recallable = (fit.evicted | state.evicted) - in_context
-        if not settings.enabled or not (rel.hits or rel.vectors) or not recallable:
-            return fit, result
-        shown = set().union(*(b.keys for b in kept))
-        count = rt.counter.text
-        cap = int(room * settings.budget_fraction) - rt.block_overhead - result.tokens
-        chosen = select([h for h in rel.hits if (h.chunk_id, h.piece) not in shown],
-                        recallable, state.meta, query=query,
-                        min_relevance=(min(settings.min_relevance,
-                                           settings.question_min_relevance)
-                                       if rel.step.asks else settings.min_relevance),
-                        min_relative=settings.min_relative, top_k=settings.top_k,
-                        budget=cap, count=count,
-                        vectors=[v for v in rel.vectors if (v[0].chunk_id, v[0].piece)
-                                 not in shown],
-                        min_similarity=settings.min_similarity)
-        if not chosen:
-            return fit, result
-        need = sum(r.tokens for r in chosen) + rt.block_overhead
-        free = room - fit.tokens - result.tokens
-        if need > free and not fit.cuts and (fit.new or asked_now):
-            # Making room means evicting: worth a prefix change when the user asks now or
-            # the turn evicts anyway; on a tool turn that evicts nothing, recall takes the
-            # free room only and the prefix stays.
-            refit = rt.fitter.fit(conv, state.evicted, room - need, min(target, room - need),
-                                  rt.policy, ctx)
-            if refit.tokens <= room - need:
-                fit, free = refit, room - refit.tokens
-        costs = [rt.fitter.part_cost(conv, p, fit.evicted) for p in conv.parts]
-        host = host_of(conv, costs)
-        block = make_block(chosen, host, count, free) if host is not None else None
-        if block is None:
-            return fit, result
-        return fit, RecallResult(blocks=[*kept, block], tokens=result.tokens + block.tokens,
-                                 passages=list(block.passages), query=query)
-
-    async def _recall_across(self, rt: RouteRuntime, conv: Conversation, fit: Fit,
-                             result: RecallResult, tenant: str, session: str,
-                             room: int) -> RecallResult:
-        """A route that allows it also searches the tenant's other sessions: the store's
-        vector search, under `recall.timeout_ms`, only when this session's own index found
-        nothing (the request is valid without it, so a slow store is skipped and logged)."""
-        settings = rt.route.recall
-        budget = min(int(room * settings.budget_fraction), room - fit.tokens) - result.tokens
-        in_context = frozenset(p.chunk.id for p in conv.parts if p.chunk.id not in fit.evicted)
-        q = RecallQuery(tenant=tenant, session=session, text=result.query,
-                        exclude_chunk_ids=in_context,
-                        budget_tokens=budget - rt.block_overhead, top_k=settings.top_k,
-                        min_similarity=settings.min_similarity, cross_session=True)
-        if q.budget_tokens <= 0:
-            return result
-        try:
-            found = await asyncio.wait_for(self.store.recall(q), settings.timeout_ms / 1000)
-        except TimeoutError:
-            log.warning("recall_skipped", reason="timeout", timeout_ms=settings.timeout_ms)
-            return result
-        chosen = [Recalled(Hit(p.chunk_id, i, p.text, p.similarity, p.similarity),
-                           p.turn, p.role, p.klass, p.tokens + 16,
-                           f"another session's passage, cosine {p.similarity:.2f}")
-                  for i, p in enumerate(found)]
-        costs = [rt.fitter.part_cost(conv, p, fit.evicted) for p in conv.parts]
-        host = host_of(conv, costs)
-        block = make_block(chosen, host, rt.counter.text, budget) if host else None
-        if block is None:
-            return result
-        return RecallResult(blocks=[*result.blocks, block], tokens=result.tokens + block.tokens,
-                            passages=list(block.passages), query=result.query)
-
-    def _record(self, rt: RouteRuntime, conv: Conversation, fit: Fit, recall: RecallResult,
-                tenant: str, session: str,
-                messages: list[dict[str, Any]]) -> tuple[list[EvictedChunk], list[Event]]:
-        """Evicted and cut chunks with their events, restore and recall events: what this
-        turn writes, in one durable store call (`_write`)."""
-        policy = rt.route.policy
-        gone = [(d.part, d.score, "evict", d.reason) for d in fit.new]
-        gone += [(p, 0.0, "cut", f"tool output over the window: head and tail kept, "
-                  f"{p.chunk.tokens - (p.cut_tokens or 0)} tokens cut")
-                 for p in fit.cut_parts]
-        chunks = [EvictedChunk(tenant, session, p.chunk.id, p.chunk.turn, p.role,
-                               p.chunk.klass.value, p.chunk.tokens, p.info.text,
-                               Media.of(messages[p.chunk.index]))
-                  for p, _, _, _ in gone]
-        events = [Event(tenant, session, conv.turn, p.chunk.id, p.chunk.klass.value,
-                        p.chunk.tokens, round(score, 6), action, reason, policy,
-                        preview=_preview(p.info.text)) for p, score, action, reason in gone]
-        events += [Event(tenant, session, conv.turn, d.part.chunk.id, d.part.chunk.klass.value,
-                         d.part.chunk.tokens, round(d.score, 6), "restore", d.reason, policy,
-                         preview=_preview(d.part.info.text)) for d in fit.restored]
-        events += recall.events(tenant, session, conv.turn, policy)
-        return chunks, events
-
-
-def _preview(text: str, width: int = 100) -> str:
-    """The text's first `width` characters, whitespace collapsed. Reads a bounded head
-    (a cold history evicts ~900 chunks at once: splitting each whole cost ~10 ms)."""
-    head = text[: width * 8]
-    flat = " ".join(head.split())
-    if len(flat) <= width and len(head) < len(text):  # mostly blank head: read it all
-        flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
-def _fingerprints(conv: Conversation, costs: list[int], fit: Fit,
-                  blocks: list[Block]) -> list[tuple[str, int]]:
-    """(identity, tokens) of each forwarded message, to measure prompt-cache reuse."""
-    on = {b.host: b for b in blocks}
-    out = []
-    for p, cost in zip(conv.parts, costs, strict=True):
-        if cost:
-            mark = "/stub" if p.chunk.id in fit.evicted else ("/cut" if p.cut_tokens else "")
-            b = on.get(p.chunk.id)
-            if b is not None:
-                mark += "/recall:" + ",".join(f"{r.hit.chunk_id}.{r.hit.piece}"
-                                              for r in b.passages)
-                cost += b.tokens
-            out.append((p.chunk.id + mark, cost))
-    return out
-
-
-def _carried(blocks: list[Block], conv: Conversation, fit: Fit, room: int) -> list[Block]:
-    """Earlier blocks that stay: the turn evicts, restores and cuts nothing (else the
-    prefix changes anyway and recall is chosen afresh, as it is when the user asks
-    something new), each host is still forwarded, and they fit the room left."""
-    if not blocks or fit.new or fit.restored or fit.cuts:
-        return []
-    present = {p.chunk.id for p in conv.parts if p.chunk.id not in fit.evicted}
-    kept = [b for b in blocks if b.host in present]
-    if fit.tokens + sum(b.tokens for b in kept) > room:
-        return []
-    return kept
-
-
-def _prefix_ratio(prev: list[tuple[str, int]], cur: list[tuple[str, int]]) -> float:
-    """Share of this prompt's tokens that repeat the previous prompt message for message:
-    what a provider's prefix cache can serve."""
-    total = sum(c for _, c in cur)
-    if not prev or not total:
-        return 0.0
-    same = 0
-    for (a, _), (b, cost) in zip(prev, cur, strict=False):
-        if a != b:
-            break
-        same += cost
-    return same / total
-
-
-def _too_long(rt: RouteRuntime, conv: Conversation, fit: Fit, budget: int, reserved: int,
-              tools: int) -> ContextLengthExceeded:
-    return ContextLengthExceeded(
-        f"This request cannot fit the context window of route {rt.route.name!r}: what must "
-        f"stay (system and developer messages, the first user message, the latest turn) is "
-        f"{fit.permanent_tokens} tokens, and {fit.tokens} after evicting everything evictable, "
-        f"but only {budget} fit (window {rt.window} - reserved output {reserved} - tools "
-        f"{tools} - safety margin and recall budget). Shorten the latest message or the "
-        f"system prompt, lower max_tokens, or use a route with a larger window.",
-        param="messages",
-    )

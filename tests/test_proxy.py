@@ -217,7 +217,7 @@ async def test_one_log_line_per_request_without_message_text(make_client: Any) -
 ])
 def test_an_events_preview_reads_a_bounded_head_but_says_what_the_whole_text_would(
         text: str) -> None:
-    from proxy.pipeline import _preview
+    from proxy.records import preview
 
     flat = " ".join(text.split())
-    assert _preview(text) == (flat if len(flat) <= 100 else flat[:99] + "…")
+    assert preview(text) == (flat if len(flat) <= 100 else flat[:99] + "…")
