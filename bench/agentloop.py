@@ -560,8 +560,8 @@ def tau_table(results: list[PolicyResult], oracle: ReplayStats, cuttable: dict[s
 
 def verdicts(results: list[PolicyResult], oracle_tau_hits: float,
              allows: dict[str, tuple[float, float, float]] | None = None) -> str:
-    """The issue's targets, met or not. `allows`: prefix.bounds per workload ("tau",
-    "generated"), what forwarding each turn whole lets any cache-prefix ratio reach."""
+    """The issue's targets, met or not. `allows`: prefix.bounds per workload name, what
+    the workload lets a cache-prefix ratio reach."""
     by = {r.policy: r for r in results if not r.skipped}
     rw = by.get("rwoe")
     if rw is None or rw.b2b is None or rw.cold is None or rw.tau is None or rw.long is None:
@@ -610,10 +610,10 @@ def verdicts(results: list[PolicyResult], oracle_tau_hits: float,
     out.append(f"- cache-prefix ratio ≥ 0.9 on tau-bench: {tp:.3f}: {_met(tp >= 0.9)}; "
                f"≥ 0.8 on the generated sessions: {gp:.3f}: {_met(gp >= 0.8)}.")
     for name, (ceiling, best, mark) in (allows or {}).items():
-        out.append(f"  - what the {name} workload allows: {ceiling:.3f} forwarding every "
-                   f"turn whole with no window; {best:.3f} dropping the oldest messages at "
-                   f"the best low watermark ({mark:g}) of a full window (bench/prefix.py "
-                   "`bounds`).")
+        out.append(f"  - what the {name} workload allows: at most {ceiling:.3f} for any "
+                   f"policy that forwards each turn's new messages whole; {best:.3f} "
+                   f"dropping the oldest messages at the best low watermark ({mark:g} of "
+                   "the budget) (bench/prefix.py `bounds`).")
     out.append(f"- recall: RWOE recalls on {_f(rw.b2b.recall_share)} of back-to-back turns, "
                f"{rw.b2b.recall_per_turn:.0f} tokens a turn on average; paced "
                + (f"{_f(rw.paced.recall_share)}, {rw.paced.recall_per_turn:.0f} tokens."
