@@ -76,7 +76,11 @@ def looks_failed(text: str) -> bool:
             if not counts or any(float(c.replace(",", ".")) for c in counts):
                 return True
             break
-    if any(t in head for t in _ERROR_TEXT) or _ERROR_REST.search(head) is not None:
+    if any(t in head for t in _ERROR_TEXT):
+        return True
+    # The regex only where its literal parts occur: run on every 2 KB head it cost ~12 ms
+    # of a cold 1,000-message request, for the same verdicts.
+    if ('"error"' in head or "exit " in head) and _ERROR_REST.search(head) is not None:
         return True
     short = len(text) <= 300 and text.count("\n") < 3
     for line in (first.split("\n", 1)[0], text[-300:].rstrip().rsplit("\n", 1)[-1].lower()):

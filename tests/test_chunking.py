@@ -162,3 +162,15 @@ async def test_successful_outputs_that_mention_failure_are_not_ephemeral(
     events = await store.events("default", "checks")
     got = {e.preview[:24]: e.klass for e in events if e.action == "evict"}
     assert {k: got.get(k) for k in want} == want
+
+
+def test_a_failure_is_found_by_its_error_field_or_exit_code() -> None:
+    """The `"error": …` field and the non-zero exit code (checked only where their literal
+    parts occur), case-insensitive, against the same words that mean success."""
+    from proxy.analysis import looks_failed
+
+    for text in ['{"result": null, "Error": {"code": 7}}', '{"error" : "quota"}',
+                 "built 3 targets\nExit code: 2", "tests ran\nEXIT STATUS 1 after 4s"]:
+        assert looks_failed(text), text
+    for text in ['{"error": null}', '{"errors_seen": 0}', "exit code 0", "at the exit 3 km"]:
+        assert not looks_failed(text), text
