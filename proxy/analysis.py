@@ -130,6 +130,23 @@ class MsgInfo:
     log_like: bool
 
 
+# What `measure` finds in a message: (tokens, content_tokens, rare, is_error, log_like).
+Facts = tuple[int, int, frozenset[str], bool, bool]
+
+
+def fingerprint(msg: dict[str, Any]) -> str:
+    return hashlib.blake2b(orjson.dumps(msg, option=orjson.OPT_SORT_KEYS),
+                           digest_size=8).hexdigest()
+
+
+def measure(counter: TokenCounter, msg: dict[str, Any], text: str) -> Facts:
+    """The costly part of a message's info (tokens, rare identifiers, failure checks): a
+    pure function of the message, so a worker process computes the same (proxy/coldpool.py)."""
+    is_tool = msg.get("role") in ("tool", "function")
+    return (counter.message(msg), counter.content(msg.get("content")), rare_tokens(text),
+            is_tool and looks_failed(text), is_tool and _looks_like_log(text))
+
+
 class MessageAnalyzer:
     """Fingerprints, counts and inspects messages once; an LRU cache bounded in entries
     and in the characters of the messages' text it keeps."""
@@ -143,22 +160,19 @@ class MessageAnalyzer:
         self._chars = 0
 
     def info(self, msg: dict[str, Any]) -> MsgInfo:
-        raw = orjson.dumps(msg, option=orjson.OPT_SORT_KEYS)
-        fp = hashlib.blake2b(raw, digest_size=8).hexdigest()
+        fp = fingerprint(msg)
         hit = self._cache.get(fp)
         if hit is not None:
             return hit
         text = text_of(msg)
-        is_tool = msg.get("role") in ("tool", "function")
-        info = MsgInfo(
-            fp=fp,
-            tokens=self.counter.message(msg),
-            content_tokens=self.counter.content(msg.get("content")),
-            text=text,
-            rare=rare_tokens(text),
-            is_error=is_tool and looks_failed(text),
-            log_like=is_tool and _looks_like_log(text),
-        )
+        return self.put(fp, text, measure(self.counter, msg, text))
+
+    def cached(self, fp: str) -> MsgInfo | None:
+        return self._cache.get(fp)
+
+    def put(self, fp: str, text: str, facts: Facts) -> MsgInfo:
+        """Keep what `measure` found for the message with this fingerprint and text."""
+        info = MsgInfo(fp, facts[0], facts[1], text, *facts[2:])
         self._cache[fp] = info
         self._chars += len(text)
         while len(self._cache) > self._cache_size or self._chars > self._cache_chars:

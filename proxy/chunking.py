@@ -53,12 +53,15 @@ class Chunker:
         self.settings = settings
         self._rules = [(r, re.compile(r.pattern) if r.pattern else None) for r in settings.rules]
 
-    def split(self, messages: Sequence[dict[str, Any]],
-              prev: Prefix | None = None) -> Conversation:
+    def split(self, messages: Sequence[dict[str, Any]], prev: Prefix | None = None,
+              known: tuple[list[MsgInfo], int] | None = None) -> Conversation:
         """`prev`: the session's previous request and its infos; a message equal to the one
         at the same position there reuses its info (dict equality runs in C, and skips the
-        serialise-and-hash that finding a cached info costs)."""
-        infos, matched = _infos(self.analyzer, messages, prev)
+        serialise-and-hash that finding a cached info costs). `known`: the messages' infos
+        and how many leading ones were `prev`'s, when the caller has them already
+        (`proxy.coldpool.ColdPool.infos`)."""
+        infos, matched = known if known is not None else infos_of(self.analyzer, messages,
+                                                                   prev)
         parts: list[Part] = []
         seen: dict[str, int] = {}
         groups: dict[int, list[int]] = {}
@@ -166,9 +169,8 @@ class RefState:
     refs: list[list[int]] = field(default_factory=list)
 
 
-def _infos(analyzer: MessageAnalyzer, messages: Sequence[dict[str, Any]],
-           prev: Prefix | None) -> tuple[list[MsgInfo], int]:
-    """The messages' infos, and how many leading ones were the previous request's."""
+def known_prefix(messages: Sequence[dict[str, Any]], prev: Prefix | None) -> list[MsgInfo]:
+    """The infos of the leading messages that equal the previous request's."""
     out: list[MsgInfo] = []
     if prev is not None:
         old, known = prev.messages, prev.infos
@@ -176,9 +178,15 @@ def _infos(analyzer: MessageAnalyzer, messages: Sequence[dict[str, Any]],
             if messages[i] != old[i]:
                 break
             out.append(known[i])
+    return out
+
+
+def infos_of(analyzer: MessageAnalyzer, messages: Sequence[dict[str, Any]],
+             prev: Prefix | None) -> tuple[list[MsgInfo], int]:
+    """The messages' infos, and how many leading ones were the previous request's."""
+    out = known_prefix(messages, prev)
     matched = len(out)
-    out += [analyzer.info(m) for m in messages[matched:]]
-    return out, matched
+    return out + [analyzer.info(m) for m in messages[matched:]], matched
 
 
 RESULTS = ("tool", "function")  # a tool call's result; `function`: the legacy API's

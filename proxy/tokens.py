@@ -85,6 +85,7 @@ class TokenCounter:
     def __init__(self, encoding: tiktoken.Encoding, cache_size: int = 200_000,
                  model: str = "", cache_chars: int = 64_000_000) -> None:
         self.encoding = encoding
+        self.model = model
         self.family, self.factor = family_of(model)
         self.media = MediaRules(self.family, model.lower())
         self._cache: OrderedDict[str, int] = OrderedDict()
