@@ -47,6 +47,9 @@ class ServerSettings(_Strict):
     # and at most about this much memory for them (proxy/session.py `footprint`): past it
     # the least recently used are dropped; they reload from the store when next seen
     session_memory_mb: int = Field(2048, ge=1)
+    # worker processes that measure half of a history sent whole for the first time
+    # (proxy/coldpool.py); 0 measures everything in the server's own process
+    cold_workers: int = Field(1, ge=0, le=8)
 
 
 class StoreSettings(_Strict):

@@ -16,6 +16,9 @@
     ctxwarden_session_memory_bytes                  their estimated size (`footprint`)
     ctxwarden_sessions_dropped_total                states dropped for room (reloaded from
                                                     the store when their session is next seen)
+    ctxwarden_cold_offloaded_messages_total         unseen messages a worker process measured
+                                                    (proxy/coldpool.py)
+    ctxwarden_cold_worker_failures_total            times it died or hung (measured here then)
 
 Why per app, not prometheus-client's global registry: tests and benchmarks build many apps
 in one process, and each must count only its own traffic. Why the store and the upstream
@@ -49,6 +52,7 @@ from proxy.keys import PIPELINE, STORE, UPSTREAM
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from proxy.coldpool import ColdPool
     from proxy.pipeline import Prepared
     from proxy.session import Sessions
 
@@ -182,10 +186,11 @@ def instrument_upstream(upstream: Any, m: Metrics) -> None:
 
 
 class SessionsCollector:
-    """The session LRU's size, read at scrape time."""
+    """The session LRU's size and the cold pool's counts, read at scrape time."""
 
-    def __init__(self, sessions: Sessions) -> None:
+    def __init__(self, sessions: Sessions, cold: ColdPool) -> None:
         self.sessions = sessions
+        self.cold = cold
 
     def collect(self) -> Iterator[Metric]:
         s = self.sessions
@@ -196,6 +201,10 @@ class SessionsCollector:
         yield CounterMetricFamily("ctxwarden_sessions_dropped", "Session states dropped for "
                                   "room (reloaded from the store when next seen)",
                                   value=s.dropped)
+        yield CounterMetricFamily("ctxwarden_cold_offloaded_messages", "Unseen messages a "
+                                  "worker process measured", value=self.cold.offloaded)
+        yield CounterMetricFamily("ctxwarden_cold_worker_failures", "Times the cold pool's "
+                                  "worker died or hung", value=self.cold.failures)
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -207,7 +216,7 @@ def setup_metrics(app: web.Application, m: Metrics) -> None:
     """GET /metrics and request counts; `m` is the one the pipeline's TimedStore feeds."""
     app[METRICS] = m  # `count_requests` (in init_app's middleware list) reads it
     app.router.add_get("/metrics", metrics)
-    m.registry.register(SessionsCollector(app[PIPELINE].sessions))
+    m.registry.register(SessionsCollector(app[PIPELINE].sessions, app[PIPELINE].cold))
     lag = getattr(app[STORE], "lag", None)  # LanceStore: cheap, no LanceDB query
     if callable(lag):
         m.embed_backlog.set_function(lambda: float(lag()["backlog"]))

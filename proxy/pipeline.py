@@ -7,6 +7,7 @@ forwarded; if the store cannot take them, nothing is dropped and the caller gets
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from typing import Any
 import structlog
 
 from policies import PolicyContext
+from proxy.analysis import MsgInfo
+from proxy.coldpool import ColdPool
 from proxy.config import RouteSettings, Settings
 from proxy.recall import ChunkMeta, place
 from proxy.recalling import across_sessions, carried, within_session
@@ -84,10 +87,12 @@ class Pipeline:
         self.runtimes = {r.name: RouteRuntime(r, resolve_window(r, i))
                          for i, r in enumerate(settings.routes)}
         self.turns = TurnLog(store)  # per-turn summaries for the inspector, off the hot path
+        self.cold = ColdPool(settings.server.cold_workers)  # whole histories on two cores
         # Vectors refine relevance where the store's embedder has them (a LanceStore's).
         self.relater = Relater(getattr(store, "embedder", None))
 
     async def close(self) -> None:
+        self.cold.close()
         await self.relater.close()
         if self.replica is not None:
             await self.replica.close()
@@ -110,9 +115,16 @@ class Pipeline:
         async with state.lock:
             if self.replica is not None:  # another replica may have served it since
                 await self.replica.refresh(state, tenant, sid)
-            if not state.loaded:
-                await self._load(state, tenant, sid)
-            prepared = await self._prepare(rt, body, tenant, sid, state)
+            # The session's first read of the store overlaps the messages' analysis (a
+            # cold history's is half in a worker process: proxy/coldpool.py).
+            load = None if state.loaded else asyncio.ensure_future(
+                self._load(state, tenant, sid))
+            try:
+                known = await self.cold.infos(rt.analyzer, body["messages"], state.prefix)
+            finally:
+                if load is not None:
+                    await load
+            prepared = await self._prepare(rt, body, tenant, sid, state, known)
             if not defer:
                 await prepared.commit()
             self.sessions.account(tenant, sid, state)
@@ -130,12 +142,12 @@ class Pipeline:
         state.loaded = True
 
     async def _prepare(self, rt: RouteRuntime, body: dict[str, Any], tenant: str, session: str,
-                       state: SessionState) -> Prepared:
+                       state: SessionState, known: tuple[list[MsgInfo], int]) -> Prepared:
         """validate and route happened at the edge; here: chunk → relate → fit → recall →
         assemble → offload and log (one durable store call) → the body to forward."""
         messages: list[dict[str, Any]] = body["messages"]
         # chunk: classes, turns, references, tool-call groups
-        conv = rt.chunker.split(messages, state.prefix)
+        conv = rt.chunker.split(messages, state.prefix, known)
         state.prefix = conv.prefix(messages)
         for p in conv.parts:  # a recall counts as a reference (RWOE's boost)
             extra = state.recall_refs.get(p.chunk.id)

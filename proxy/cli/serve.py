@@ -49,6 +49,7 @@ def serve(args: argparse.Namespace) -> int:
         print(f"ctxwarden: {exc}", file=sys.stderr)
         return 2
     app.on_startup.append(open_store)
+    app.on_startup.append(start_cold_pool)
     app.on_startup.append(freeze_heap)  # last: after the store and its imports loaded
     host, port = settings.server.host, settings.server.port
     names = ", ".join(f"{r.name} ({r.model} -> {r.upstream.model})" for r in settings.routes)
@@ -81,6 +82,14 @@ async def open_store(app: Any) -> None:
     except Exception as exc:
         structlog.get_logger("ctxwarden").warning("store_open_failed", error=type(exc).__name__,
                                                   detail=str(exc)[:300])
+
+
+async def start_cold_pool(app: Any) -> None:
+    """The worker that measures half of a cold history (proxy/coldpool.py) starts now,
+    not with the first history that needs it."""
+    from proxy.keys import PIPELINE
+
+    app[PIPELINE].cold.start()
 
 
 async def freeze_heap(app: Any) -> None:

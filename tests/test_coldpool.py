@@ -1,0 +1,198 @@
+"""A cold history measured half in a worker process gives what one process gives.
+
+Real parts: the worker is a real spawned process, the messages real tau-bench agent
+traffic (tool calls, failed calls, JSON records) plus an image and a failing shell output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from typing import Any
+
+from structlog.testing import capture_logs
+
+from proxy.analysis import MessageAnalyzer, MsgInfo
+from proxy.chunking import Prefix, infos_of
+from proxy.coldpool import ColdPool
+from proxy.keys import PIPELINE
+from proxy.tokens import TokenCounter, encoding_for
+from store.base import MemoryStore
+from tests.support.app import CHAT, make, settings_for
+from tests.support.attachments import image_part, png, with_media
+from tests.support.messages import assistant, call, tau_trajectories, tool, user
+
+
+def history(n: int = 6) -> list[dict[str, Any]]:
+    """Several real trajectories back to back, with an image and a failed command."""
+    msgs: list[dict[str, Any]] = []
+    for t in tau_trajectories()[:n]:
+        msgs += [m for m in t["traj"] if m["role"] != "system" or not msgs]
+    msgs += [with_media("What does this chart show?", image_part(png(640, 480))),
+             assistant(None, call("sh1", "shell", '{"cmd": "make"}')),
+             tool("sh1", "Traceback (most recent call last):\n  File 'x.py'\nValueError"),
+             user("Why did that fail?")]
+    return msgs
+
+
+def analyzer(model: str = "gpt-4o") -> MessageAnalyzer:
+    return MessageAnalyzer(TokenCounter(encoding_for(model), model=model))
+
+
+async def started(pool: ColdPool) -> ColdPool:
+    pool.start()
+    for _ in range(600):
+        if pool.ready:
+            return pool
+        await asyncio.sleep(0.05)
+    raise AssertionError("the cold pool's worker did not start in 30 s")
+
+
+async def test_a_worker_measures_what_this_process_measures() -> None:
+    msgs = history()
+    pool = await started(ColdPool(1, min_bytes=0))
+    try:
+        for model in ("gpt-4o", "anthropic/claude-3-5-sonnet"):  # the tokenizer's factor too
+            mine = infos_of(analyzer(model), msgs, None)
+            theirs = await pool.infos(analyzer(model), msgs, None)
+            assert theirs == mine
+        assert pool.offloaded >= len(msgs) // 2 and pool.failures == 0
+        # the previous request's messages are taken from it, not measured again
+        a = analyzer()
+        first, _ = await pool.infos(a, msgs[:-4], None)
+        before = pool.offloaded
+        infos, matched = await pool.infos(a, msgs, Prefix(msgs[:-4], first))
+        assert matched == len(msgs) - 4 and infos == infos_of(analyzer(), msgs, None)[0]
+        assert pool.offloaded - before <= 4
+    finally:
+        pool.close()
+
+
+async def test_below_min_bytes_or_before_the_worker_is_up_nothing_leaves() -> None:
+    msgs = history(2)
+    pool = ColdPool(1, min_bytes=10**9)
+    try:
+        assert not pool.ready
+        infos, _ = await pool.infos(analyzer(), msgs, None)  # starts it, measures here
+        assert infos == infos_of(analyzer(), msgs, None)[0]
+        await started(pool)
+        await pool.infos(analyzer(), msgs, None)
+        assert pool.offloaded == 0
+    finally:
+        pool.close()
+
+
+async def test_a_dead_worker_costs_its_request_nothing() -> None:
+    msgs = history()
+    want = infos_of(analyzer(), msgs, None)[0]
+    pool = await started(ColdPool(1, min_bytes=0))
+    try:
+        for child in pool.processes():
+            os.kill(child.pid or 0, signal.SIGKILL)
+        with capture_logs() as logs:
+            got: list[MsgInfo] = (await pool.infos(analyzer(), msgs, None))[0]
+        assert got == want
+        assert pool.failures == 1
+        assert [e["event"] for e in logs] == ["cold_pool_failed"]
+        await started(pool)  # a new worker takes the next cold history
+        assert (await pool.infos(analyzer(), msgs, None))[0] == want
+        assert pool.offloaded > 0
+    finally:
+        pool.close()
+
+
+async def test_a_hung_worker_is_killed_and_its_half_measured_here(monkeypatch: Any) -> None:
+    from proxy import coldpool
+
+    monkeypatch.setattr(coldpool, "TIMEOUT_S", 0.5)
+    msgs = history()
+    pool = await started(ColdPool(1, min_bytes=0))
+    try:
+        stopped = pool.processes()
+        assert stopped
+        for child in stopped:
+            os.kill(child.pid or 0, signal.SIGSTOP)
+        with capture_logs() as logs:
+            got = (await pool.infos(analyzer(), msgs, None))[0]
+        assert got == infos_of(analyzer(), msgs, None)[0]
+        assert [(e["event"], e["error"]) for e in logs] == [("cold_pool_failed", "TimeoutError")]
+        for child in stopped:
+            child.join(5)
+            assert child.exitcode == -signal.SIGKILL
+    finally:
+        pool.close()
+
+
+async def test_through_the_app_the_forwarded_request_is_the_same(
+        aiohttp_client: Any, upstream: Any) -> None:
+    """A whole history sent cold to a server with a worker and to one without: the same
+    body reaches the upstream, and the same decisions are logged."""
+    msgs = history()
+    bodies, logs = [], []
+    for workers in (0, 1):
+        settings = settings_for(upstream, recall={"enabled": True})
+        settings.server.cold_workers = workers
+        store = MemoryStore()
+        client = await make(aiohttp_client, settings, store)
+        pool = client.app[PIPELINE].cold
+        if workers:
+            pool.min_bytes = 0
+            await started(pool)
+        resp = await client.post(CHAT, json={"model": "test-1", "messages": msgs},
+                                 headers={"X-Session-ID": "cold"})
+        assert resp.status == 200, await resp.text()
+        assert resp.headers["X-Ctxwarden-Evicted"] != "0"
+        assert (pool.offloaded > 0) == bool(workers)
+        metrics = await (await client.get("/metrics")).text()
+        assert f"ctxwarden_cold_offloaded_messages_total {float(pool.offloaded)}" in metrics
+        assert "ctxwarden_cold_worker_failures_total 0.0" in metrics
+        bodies.append(upstream.history[-1])
+        logs.append([(e.action, e.chunk_id, e.tokens, e.reason)
+                     for e in await store.events("default", "cold")])
+    assert bodies[0] == bodies[1]
+    assert logs[0] == logs[1] and logs[0]
+
+
+_OWNER = """
+import asyncio, sys
+from proxy.coldpool import ColdPool
+async def main():
+    pool = ColdPool(1)
+    pool.start()
+    while not pool.ready:
+        await asyncio.sleep(0.05)
+    print(pool.processes()[0].pid, flush=True)
+    await asyncio.sleep(60)
+if __name__ == "__main__":
+    asyncio.run(main())
+"""
+
+
+def test_a_worker_does_not_outlive_a_sigkilled_server() -> None:
+    """An idle pool worker waits on its queue: orphaned by a SIGKILL it would wait forever
+    (the crash tests left them behind before `_follow_parent`)."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER], stdout=subprocess.PIPE,
+                             text=True, cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert owner.stdout is not None
+        pid = int(owner.stdout.readline())
+    finally:
+        owner.kill()
+        owner.wait()
+        if owner.stdout is not None:
+            owner.stdout.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    raise AssertionError(f"the pool's worker {pid} outlived its SIGKILLed server by 10 s")
