@@ -82,6 +82,7 @@ class ColdPool:
         self._executor: Executor | None = None
         self._warm: Future[None] | None = None  # done once the worker has its tokenizer
         self.offloaded = 0  # messages a worker measured (metrics, tests)
+        self.busy = False  # a job is out: the next cold history is measured here
         self.failures = 0
 
     @property
@@ -127,9 +128,9 @@ class ColdPool:
         out: list[MsgInfo | None] = [analyzer.cached(fp) for fp in fps]
         unseen = [i for i, info in enumerate(out) if info is None]
         size = [len(str(rest[i].get("content"))) for i in unseen]  # the work, roughly
-        if sum(size) < self.min_bytes or not self.ready:
+        if sum(size) < self.min_bytes or not self.ready or self.busy:
             if sum(size) >= self.min_bytes:
-                self.start()  # measured here while a worker starts
+                self.start()  # measured here while a worker starts (or works)
             for i in unseen:
                 out[i] = _put(analyzer, fps[i], rest[i], None)
             return head + _all(out), len(head)
@@ -144,11 +145,15 @@ class ColdPool:
         job = asyncio.get_running_loop().run_in_executor(
             self._executor, _measure, counter.encoding.name, counter.model,
             [rest[i] for i in theirs])
-        await asyncio.sleep(0)  # let the session's store reads go out first
-        for i in mine:
-            out[i] = _put(analyzer, fps[i], rest[i], None)
-        timeout = TIMEOUT_S + TIMEOUT_S_PER_BYTE * sum(size[half:])
-        facts = await self._collect(job, len(theirs), timeout)
+        self.busy = True  # one job at a time: a queue behind it would only add waiting
+        try:
+            await asyncio.sleep(0)  # let the session's store reads go out first
+            for i in mine:
+                out[i] = _put(analyzer, fps[i], rest[i], None)
+            timeout = TIMEOUT_S + TIMEOUT_S_PER_BYTE * sum(size[half:])
+            facts = await self._collect(job, len(theirs), timeout)
+        finally:
+            self.busy = False
         for k, i in enumerate(theirs):
             out[i] = _put(analyzer, fps[i], rest[i], facts[k] if facts else None)
         return head + _all(out), len(head)

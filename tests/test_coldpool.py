@@ -83,6 +83,23 @@ async def test_below_min_bytes_or_before_the_worker_is_up_nothing_leaves() -> No
         pool.close()
 
 
+async def test_two_cold_histories_at_once_the_second_is_measured_here() -> None:
+    """One job out at a time: a burst of cold histories never queues behind the worker
+    (a queue would only add waiting, and could time out as a hung worker)."""
+    a, b = history(3), history(6)[-60:]
+    pool = await started(ColdPool(1, min_bytes=0))
+    try:
+        await pool.infos(analyzer(), a, None)
+        alone = pool.offloaded  # what the first sends when nothing else is out
+        got = await asyncio.gather(pool.infos(analyzer(), a, None),
+                                   pool.infos(analyzer(), b, None))
+        assert [g[0] for g in got] == [infos_of(analyzer(), m, None)[0] for m in (a, b)]
+        assert alone > 0 and pool.offloaded == 2 * alone  # none of the second's
+        assert not pool.busy and pool.failures == 0
+    finally:
+        pool.close()
+
+
 async def test_a_dead_worker_costs_its_request_nothing() -> None:
     msgs = history()
     want = infos_of(analyzer(), msgs, None)[0]
