@@ -199,7 +199,6 @@ async def test_sigterm_does_not_wait_for_the_embedding_backlog_and_loses_nothing
     frozen = [orjson.loads(line) for line in log.read_bytes().splitlines()
               if b'"heap_frozen"' in line]  # start-up's objects out of the collector's way
     assert len(frozen) == 1 and frozen[0]["objects"] > 100_000
-    assert frozen[0]["thresholds"] == [50_000, 20, 20]  # and collections kept rare
     assert evicted <= stored(db)[0]  # every chunk evicted before the SIGTERM is stored
     again = serve(cfg, log)
     try:

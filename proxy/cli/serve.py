@@ -92,24 +92,14 @@ async def start_cold_pool(app: Any) -> None:
     app[PIPELINE].cold.start()
 
 
-# The collector's thresholds once start-up is frozen (CPython's are 700, 10, 10): a cold
-# 1,000-message request allocates ~10^6 objects, so with the defaults it ran ~1,000 young
-# collections and, on 4 of 10 such requests, a full one of 37-87 ms that grew with the
-# sessions held (their indexes, the log's rows not yet in LanceDB); at these, none in 10
-# and 4-8 ms of young collections a request. Reference counting frees all but cycles.
-GC_THRESHOLDS = (50_000, 20, 20)
-
-
 async def freeze_heap(app: Any) -> None:
     """What start-up loaded (litellm's model tables, LanceDB, the app: ~400,000 objects)
     leaves the garbage collector's sight (`gc.freeze`). A full collection walked all of
     it: a ~250 ms pause for whichever request it landed on; ~15 ms after. What is made
-    later is collected as usual, at `GC_THRESHOLDS`."""
+    later is collected as usual."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-    structlog.get_logger("ctxwarden").info("heap_frozen", objects=gc.get_freeze_count(),
-                                           thresholds=list(GC_THRESHOLDS))
+    structlog.get_logger("ctxwarden").info("heap_frozen", objects=gc.get_freeze_count())
 
 
 def add_parser(subparsers: Any) -> None:
