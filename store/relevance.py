@@ -61,7 +61,9 @@ class RelevanceIndex:
     def __init__(self, passage_chars: int = PASSAGE_CHARS, eager: int = EAGER) -> None:
         self.passage_chars = passage_chars
         self.eager = eager
-        self._chunks: dict[str, list[int]] = {}  # chunk id -> passage numbers
+        # chunk id -> its passage numbers, consecutive: a range, which the garbage
+        # collector does not track (a list per chunk made every full collection longer)
+        self._chunks: dict[str, range] = {}
         self._owner: list[str] = []  # passage -> chunk id
         self._piece: list[int] = []
         self._text: list[str] = []
@@ -97,17 +99,15 @@ class RelevanceIndex:
         is in the index already."""
         if chunk_id in self._chunks:
             return False
-        nums: list[int] = []
+        first = len(self._owner)
         for k, piece in enumerate(passages(text, self.passage_chars)):
-            n = len(self._owner)
+            self._waiting[len(self._owner)] = None
             self._owner.append(chunk_id)
             self._piece.append(k)
             self._text.append(piece)
             self._len.append(len(piece))
             self._total_len += len(piece)
-            self._waiting[n] = None
-            nums.append(n)
-        self._chunks[chunk_id] = nums
+        self._chunks[chunk_id] = range(first, len(self._owner))
         self._blob = None
         return True
 
