@@ -5,8 +5,9 @@ never seen. Their analysis (`proxy.analysis.measure`: exact token counts, rare
 identifiers, failure checks) is per message, independent, pure Python and tiktoken under
 the interpreter lock: ~75 ms of a cold 1,000-message request's ~150 ms on one core
 (docs/design-notes.md). So when a request's unseen messages come to `min_bytes` of
-content, about half of them go to a worker process while this process measures the other half,
-and the session's first read of the store runs in between (`Pipeline._locked`).
+content, about half of them go to a worker process while this process measures the other
+half, and the session's first read of the store runs in between (`Pipeline._locked`).
+One job is out at a time: a cold history that arrives meanwhile is measured here.
 
 The worker computes exactly what this process would (the same pure function on the same
 message and tokenizer), so the infos, the decisions and the events are the same wherever
