@@ -52,9 +52,7 @@ from proxy.keys import PIPELINE, STORE, UPSTREAM
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from proxy.coldpool import ColdPool
-    from proxy.pipeline import Prepared
-    from proxy.session import Sessions
+    from proxy.pipeline import Pipeline, Prepared
 
 STORE_OPS = ("record", "offload", "log", "recall", "evicted_ids", "events", "sessions", "fetch",
              "log_turns", "turns")
@@ -185,12 +183,12 @@ def instrument_upstream(upstream: Any, m: Metrics) -> None:
         setattr(upstream, op, _timed(getattr(upstream, op), seen))
 
 
-class SessionsCollector:
-    """The session LRU's size and the cold pool's counts, read at scrape time."""
+class PipelineCollector:
+    """The pipeline's session LRU and cold pool, read at scrape time."""
 
-    def __init__(self, sessions: Sessions, cold: ColdPool) -> None:
-        self.sessions = sessions
-        self.cold = cold
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.sessions = pipeline.sessions
+        self.cold = pipeline.cold
 
     def collect(self) -> Iterator[Metric]:
         s = self.sessions
@@ -216,7 +214,7 @@ def setup_metrics(app: web.Application, m: Metrics) -> None:
     """GET /metrics and request counts; `m` is the one the pipeline's TimedStore feeds."""
     app[METRICS] = m  # `count_requests` (in init_app's middleware list) reads it
     app.router.add_get("/metrics", metrics)
-    m.registry.register(SessionsCollector(app[PIPELINE].sessions, app[PIPELINE].cold))
+    m.registry.register(PipelineCollector(app[PIPELINE]))
     lag = getattr(app[STORE], "lag", None)  # LanceStore: cheap, no LanceDB query
     if callable(lag):
         m.embed_backlog.set_function(lambda: float(lag()["backlog"]))
