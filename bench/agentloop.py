@@ -696,8 +696,10 @@ async def run(quick: bool = False, policies: tuple[str, ...] = POLICIES, pause: 
         cold_table(ran, oracle_cold, long_kb, len(w.long[0].messages)), "",
         f"### tau-bench at {TAU_WINDOW:,} tokens, through the app", "",
         tau_table(ran, o_tau, cut), "",
-        f"Waits for the embedders to drain (at most {plan.warm_s:g} s after the warm-up and "
-        f"the paced run, {plan.drain_s:g} s after back to back): {drains}.",
+        "Waits for the proxies' background work to finish (chunks and passages to embed, log "
+        f"records to replay; at most {plan.warm_s:g} s after the warm-up and the paced run, "
+        f"{plan.drain_s:g} s after back to back), so no proxy measures on cores another's "
+        f"embedder is using: {drains}.",
         f"Run took {took:.0f} s ({'quick' if quick else 'full'} plan); load average at the "
         f"end {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (timings are only as quiet "
         "as the machine was).", ""])

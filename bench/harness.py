@@ -213,20 +213,30 @@ def _error_code(raw: bytes) -> str | None:
 
 
 async def store_backlog(http: aiohttp.ClientSession, url: str) -> int | None:
-    """The proxy store's embedding backlog (GET /admin/store), None if it does not say."""
+    """The proxy's background work left (GET /admin/store): evicted chunks and new passages
+    waiting for the embedder, texts in its queue, log records not in LanceDB yet. None if
+    the proxy does not say. Only `backlog` counted before: a proxy whose store had embedded
+    every chunk still embedded passages for ~10 s, on the cores the next measurement used."""
     try:
         async with http.get(f"{url}/admin/store") as r:
             if r.status != 200:
                 return None
-            value = (await r.json()).get("backlog")
+            state = await r.json()
     except (aiohttp.ClientError, ValueError):
         return None
-    return int(value) if isinstance(value, int | float) else None
+    rows = state.get("rows") or {}
+    counts = [state.get("backlog"), *(rows.get(k) for k in PENDING)]
+    if not any(isinstance(v, int | float) for v in counts):
+        return None
+    return sum(int(v) for v in counts if isinstance(v, int | float))
+
+
+PENDING = ("vectors_pending", "embed_queue", "wal_pending")
 
 
 async def drain(http: aiohttp.ClientSession, url: str, limit_s: float) -> tuple[float, int | None]:
-    """Wait (at most `limit_s`) until the store has embedded everything offloaded:
-    (seconds waited, backlog left)."""
+    """Wait (at most `limit_s`) until the proxy's background work is done (`store_backlog`):
+    (seconds waited, work left)."""
     t0 = time.monotonic()
     left = await store_backlog(http, url)
     while left and time.monotonic() - t0 < limit_s:

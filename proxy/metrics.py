@@ -12,6 +12,8 @@
     ctxwarden_embed_backlog                         evicted chunks waiting to be embedded
     ctxwarden_embed_lag_seconds                     age of the oldest of them (read from the
                                                     store's `lag()` at scrape time)
+    ctxwarden_vectors_pending                       new passages waiting for the vectors
+                                                    that refine relevance (proxy/relate.py)
     ctxwarden_sessions                              session states held in memory
     ctxwarden_session_memory_bytes                  their estimated size (`footprint`)
     ctxwarden_sessions_dropped_total                states dropped for room (reloaded from
@@ -184,13 +186,16 @@ def instrument_upstream(upstream: Any, m: Metrics) -> None:
 
 
 class PipelineCollector:
-    """The pipeline's session LRU and cold pool, read at scrape time."""
+    """The pipeline's session LRU, cold pool and vector feed, read at scrape time."""
 
     def __init__(self, pipeline: Pipeline) -> None:
         self.sessions = pipeline.sessions
         self.cold = pipeline.cold
+        self.relater = pipeline.relater
 
     def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily("ctxwarden_vectors_pending", "New passages waiting for the "
+                                "vectors that refine relevance", value=self.relater.backlog)
         s = self.sessions
         yield GaugeMetricFamily("ctxwarden_sessions", "Session states held in memory",
                                 value=len(s))

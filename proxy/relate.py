@@ -45,6 +45,7 @@ class Relater:
         self.embedder = embedder  # a store.embed.CachedEmbedder, or None (lexical only)
         self._feed: deque[str] = deque(maxlen=FEED_MAX)
         self._feeder: asyncio.Task[None] | None = None
+        self._embedding = 0  # passages of the batch the embedder has now
         self._drains: dict[int, asyncio.Task[None]] = {}  # id(index) -> its drain
 
     def relate(self, index: RelevanceIndex, vectors: Vectors | None,
@@ -122,15 +123,20 @@ class Relater:
         while self._feed:
             await QUIET.wait()
             batch = [self._feed.popleft() for _ in range(min(FEED_BATCH, len(self._feed)))]
+            self._embedding = len(batch)
             try:
                 await self.embedder.embed(batch)
             except Exception as exc:
                 log.warning("passage_embedding_failed", error=type(exc).__name__)
                 await asyncio.sleep(1.0)
+            finally:
+                self._embedding = 0
 
     @property
     def backlog(self) -> int:
-        return len(self._feed)
+        """Passages handed over whose vectors are not computed yet (`/admin/store`'s
+        `vectors_pending`, `/metrics`' `ctxwarden_vectors_pending`)."""
+        return len(self._feed) + self._embedding
 
     async def flush(self, timeout: float = 300.0) -> None:
         """Until every passage handed over is embedded (tests and benchmarks: a paced

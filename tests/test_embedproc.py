@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from proxy.keys import PIPELINE
 from store import schema as S
 from store.embed import SentenceTransformerEmbedder, get_embedder
 from store.lance import LanceStore
@@ -166,3 +167,48 @@ async def test_the_embedding_lag_is_in_metrics_and_admin_store(
     await lance.flush(300)
     text = await (await client.get("/metrics")).text()
     assert "ctxwarden_embed_backlog 0.0" in text and "ctxwarden_embed_lag_seconds 0.0" in text
+
+
+async def test_passages_waiting_for_relevance_vectors_show_in_metrics_and_admin_store(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer, tmp_path: Path) -> None:
+    """Every new passage is handed to the embedder for the vectors that refine relevance
+    (proxy/relate.py); that queue is the embedder's work too, so it is shown, not hidden
+    behind a store backlog of 0."""
+    db = tmp_path / "db"
+    lance = LanceStore(db, get_embedder("sentence-transformers", "all-MiniLM-L6-v2"))
+    client = await make(aiohttp_client, config(upstream.url, str(db)), lance)
+    relater = client.app[PIPELINE].relater
+    gate = asyncio.Event()
+    original = relater.embedder.embed
+
+    async def stalled(texts: list[str]) -> Any:  # the embedder is busy elsewhere
+        await gate.wait()
+        return await original(texts)
+
+    relater.embedder = _Stalled(relater.embedder, stalled)
+    stamp = time.time()  # passages no earlier test has embedded
+    messages = [{"role": "user", "content": f"passage {i} written at {stamp}: " + "words " * 40}
+                for i in range(40)]
+    resp = await client.post(CHAT, json={"model": "t-1", "messages": messages},
+                             headers={"X-Session-ID": "s-vectors"})
+    assert resp.status == 200
+    store = await (await client.get("/admin/store")).json()
+    pending = store["rows"]["vectors_pending"]
+    assert pending == relater.backlog and pending > 0
+    text = await (await client.get("/metrics")).text()
+    assert f"ctxwarden_vectors_pending {float(pending)}" in text
+    gate.set()
+    await relater.flush(300)
+    store = await (await client.get("/admin/store")).json()
+    assert store["rows"]["vectors_pending"] == 0
+    assert "ctxwarden_vectors_pending 0.0" in await (await client.get("/metrics")).text()
+
+
+class _Stalled:
+    """The embedder with its `embed` replaced; everything else as it was."""
+
+    def __init__(self, inner: Any, embed: Callable[[list[str]], Awaitable[Any]]) -> None:
+        self._inner, self.embed = inner, embed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)

@@ -10,6 +10,8 @@
         the exact offloaded text (the store keeps it whole); with `turn`, the query that
         recalled the chunk at that turn, when it was recalled then.
     GET /admin/store              → {"store", "backlog", "rows"}: what is still being embedded
+        rows: the store's counts and lags (LanceStore.stats), and `vectors_pending`: new
+        passages waiting for the vectors that refine relevance (the embedder's last job)
     GET /ui                       → the inspector (static files in proxy/admin/ui, no build step)
 
 Why a module beside `proxy.admin.api`: these are the inspector's reads; they take the
@@ -90,6 +92,7 @@ async def store_state(request: web.Request) -> web.Response:
     stats = getattr(store, "stats", None)
     rows: dict[str, int] = dict(await stats()) if stats is not None else {}
     backlog = rows.pop("backlog", 0)
+    rows["vectors_pending"] = request.app[PIPELINE].relater.backlog
     return _json({"store": type(store).__name__, "backlog": backlog, "rows": rows})
 
 
