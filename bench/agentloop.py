@@ -660,7 +660,10 @@ def describe(w: Workload, plan: Plan, pause: float, meter: Meter) -> str:
             f"{span(w.b2b)}. Paced, {pause:g} s between turns: "
             f"{span(w.paced, plan.paced_turns)}"
             + (" (the quick run's paced session is small: a smoke test)"
-               if plan is QUICK else "") + f". {len(w.cold)} cold whole histories; "
+               if plan is QUICK else "") + "; every policy's paced sessions run side by "
+            "side, one request in flight at a time, so the paced timings are taken while "
+            "the other proxies' embedders work between turns (back to back, each policy "
+            f"is measured while the others are idle). {len(w.cold)} cold whole histories; "
             f"{len(w.tau)} tau-bench trajectories at {TAU_WINDOW:,} tokens "
             f"({TAU_MAX_OUT} reserved). Seed {plan.seed}.")
 
