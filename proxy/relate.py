@@ -124,13 +124,16 @@ class Relater:
             await QUIET.wait()
             batch = [self._feed.popleft() for _ in range(min(FEED_BATCH, len(self._feed)))]
             self._embedding = len(batch)
+            failed: Exception | None = None
             try:
                 await self.embedder.embed(batch)
-            except Exception as exc:
-                log.warning("passage_embedding_failed", error=type(exc).__name__)
-                await asyncio.sleep(1.0)
+            except Exception as exc:  # the batch is given up: pending no more
+                failed = exc
             finally:
                 self._embedding = 0
+            if failed is not None:
+                log.warning("passage_embedding_failed", error=type(failed).__name__)
+                await asyncio.sleep(1.0)
 
     @property
     def backlog(self) -> int:
