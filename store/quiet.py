@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterator
 
 
@@ -22,10 +23,15 @@ class Quiet:
         self._busy = 0
         self._idle: asyncio.Event | None = None  # made in the loop that first waits
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._since = time.monotonic()  # when the last preparation ended
 
     @property
     def busy_count(self) -> int:
         return self._busy
+
+    def rested(self) -> float:
+        """Seconds since the last request's preparation ended; 0 while one runs."""
+        return 0.0 if self._busy else time.monotonic() - self._since
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:
@@ -37,6 +43,7 @@ class Quiet:
             yield
         finally:
             self._busy -= 1
+            self._since = time.monotonic()
             if not self._busy and self._idle is not None:
                 self._idle.set()
 

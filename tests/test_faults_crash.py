@@ -199,6 +199,7 @@ async def test_sigterm_does_not_wait_for_the_embedding_backlog_and_loses_nothing
     frozen = [orjson.loads(line) for line in log.read_bytes().splitlines()
               if b'"heap_frozen"' in line]  # start-up's objects out of the collector's way
     assert len(frozen) == 1 and frozen[0]["objects"] > 100_000
+    assert b'"gc_at_rest"' in log.read_bytes()  # full collections wait for rest (gcrest.py)
     assert evicted <= stored(db)[0]  # every chunk evicted before the SIGTERM is stored
     again = serve(cfg, log)
     try:

@@ -6,6 +6,7 @@ import argparse
 import gc
 import logging
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import structlog
@@ -51,6 +52,7 @@ def serve(args: argparse.Namespace) -> int:
     app.on_startup.append(open_store)
     app.on_startup.append(start_cold_pool)
     app.on_startup.append(freeze_heap)  # last: after the store and its imports loaded
+    app.cleanup_ctx.append(collect_at_rest)
     host, port = settings.server.host, settings.server.port
     names = ", ".join(f"{r.name} ({r.model} -> {r.upstream.model})" for r in settings.routes)
     print(f"ctxwarden listening on http://{host}:{port}/v1  routes: {names or 'none'}",
@@ -100,6 +102,16 @@ async def freeze_heap(app: Any) -> None:
     gc.collect()
     gc.freeze()
     structlog.get_logger("ctxwarden").info("heap_frozen", objects=gc.get_freeze_count())
+
+
+async def collect_at_rest(app: Any) -> AsyncIterator[None]:
+    """Full garbage collections while no request is being prepared (proxy/gcrest.py)."""
+    from proxy.gcrest import RestingCollector
+
+    collector = RestingCollector()
+    collector.start()
+    yield
+    await collector.stop()
 
 
 def add_parser(subparsers: Any) -> None:
