@@ -24,7 +24,7 @@ import gc
 import multiprocessing
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from multiprocessing.connection import wait
 from typing import Any
@@ -123,19 +123,24 @@ class ColdPool:
                 proc.join(2.0)
 
     async def infos(self, analyzer: MessageAnalyzer, messages: Sequence[dict[str, Any]],
-                    prev: Prefix | None) -> tuple[list[MsgInfo], int]:
+                    prev: Prefix | None, on_cold: Callable[[], object] | None = None
+                    ) -> tuple[list[MsgInfo], int]:
         """The infos of `messages` and how many leading ones were the previous request's
-        (`prev`), as `proxy.chunking.infos_of` returns them."""
+        (`prev`), as `proxy.chunking.infos_of` returns them. `on_cold` is called first
+        when the unseen messages come to `min_bytes` (proxy/hush.py)."""
         head = known_prefix(messages, prev)
         rest = messages[len(head):]
-        if self.workers <= 0 or len(rest) < 2:
+        if len(rest) < 2:
             return head + [analyzer.info(m) for m in rest], len(head)
         fps = [fingerprint(m) for m in rest]
         out: list[MsgInfo | None] = [analyzer.cached(fp) for fp in fps]
         unseen = [i for i, info in enumerate(out) if info is None]
         size = [len(str(rest[i].get("content"))) for i in unseen]  # the work, roughly
-        if sum(size) < self.min_bytes or not self.ready or self.busy:
-            if sum(size) >= self.min_bytes:
+        cold = sum(size) >= self.min_bytes
+        if cold and on_cold is not None:
+            on_cold()
+        if self.workers <= 0 or not cold or not self.ready or self.busy:
+            if cold:
                 self.start()  # measured here while a worker starts (or works)
             for i in unseen:
                 out[i] = _put(analyzer, fps[i], rest[i], None)

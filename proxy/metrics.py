@@ -186,12 +186,14 @@ def instrument_upstream(upstream: Any, m: Metrics) -> None:
 
 
 class PipelineCollector:
-    """The pipeline's session LRU, cold pool and vector feed, read at scrape time."""
+    """The pipeline's session LRU, cold pool, vector feed and embedder holds, read at
+    scrape time."""
 
     def __init__(self, pipeline: Pipeline) -> None:
         self.sessions = pipeline.sessions
         self.cold = pipeline.cold
         self.relater = pipeline.relater
+        self.hush = pipeline.hush
 
     def collect(self) -> Iterator[Metric]:
         yield GaugeMetricFamily("ctxwarden_vectors_pending", "New passages waiting for the "
@@ -208,6 +210,12 @@ class PipelineCollector:
                                   "worker process measured", value=self.cold.offloaded)
         yield CounterMetricFamily("ctxwarden_cold_worker_failures", "Times the cold pool's "
                                   "worker died or hung", value=self.cold.failures)
+        yield CounterMetricFamily("ctxwarden_embedder_holds", "Times the embedder process "
+                                  "was stopped while a cold history was prepared",
+                                  value=self.hush.holds)
+        yield CounterMetricFamily("ctxwarden_embedder_held_seconds", "Time the embedder "
+                                  "process spent stopped for cold histories",
+                                  value=self.hush.seconds)
 
 
 async def metrics(request: web.Request) -> web.Response:

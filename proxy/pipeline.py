@@ -8,6 +8,7 @@ forwarded; if the store cannot take them, nothing is dropped and the caller gets
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from policies import PolicyContext
 from proxy.analysis import MsgInfo
 from proxy.coldpool import ColdPool
 from proxy.config import RouteSettings, Settings
+from proxy.hush import Hush
 from proxy.recall import ChunkMeta, place
 from proxy.recalling import across_sessions, carried, within_session
 from proxy.records import fingerprints, prefix_ratio, record
@@ -90,6 +92,8 @@ class Pipeline:
         self.cold = ColdPool(settings.server.cold_workers)  # whole histories on two cores
         # Vectors refine relevance where the store's embedder has them (a LanceStore's).
         self.relater = Relater(getattr(store, "embedder", None))
+        # ... and its child process stops while a cold history is prepared (proxy/hush.py)
+        self.hush = Hush(getattr(self.relater.embedder, "process", None))
 
     async def close(self) -> None:
         self.cold.close()
@@ -119,14 +123,17 @@ class Pipeline:
             # cold history's is half in a worker process: proxy/coldpool.py).
             load = None if state.loaded else asyncio.ensure_future(
                 self._load(state, tenant, sid))
-            try:
-                known = await self.cold.infos(rt.analyzer, body["messages"], state.prefix)
-            finally:
-                if load is not None:
-                    await load
-            prepared = await self._prepare(rt, body, tenant, sid, state, known)
-            if not defer:
-                await prepared.commit()
+            with contextlib.ExitStack() as hush:  # a cold history: the embedder waits
+                try:
+                    known = await self.cold.infos(
+                        rt.analyzer, body["messages"], state.prefix,
+                        on_cold=lambda: hush.enter_context(self.hush.held()))
+                finally:
+                    if load is not None:
+                        await load
+                prepared = await self._prepare(rt, body, tenant, sid, state, known)
+                if not defer:
+                    await prepared.commit()
             self.sessions.account(tenant, sid, state)
             return prepared
 

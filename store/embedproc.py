@@ -19,6 +19,12 @@ embedding just lags. `queued` and `oldest_age` say by how much.
 Measured here (2 shared cores): the proxy's process stays at 40 MB with torch never
 imported (it was 400+ MB with the model in a thread).
 
+While the proxy prepares a history sent whole for the first time, the child is held
+still (`pause` / `resume`: SIGSTOP / SIGCONT, proxy/hush.py), on Linux only: there the
+child asks the kernel to SIGKILL it when its parent dies (`PR_SET_PDEATHSIG`), so a child
+stopped by a server that is then SIGKILLed does not stay behind, stopped. An urgent job
+resumes it at once.
+
 The child is started with multiprocessing's spawn context (fork is unsafe with threads
 and torch). Spawn re-imports the parent's main module in the child, as `__mp_main__`: a
 script that uses this embedder must keep its work under `if __name__ == "__main__":`, as
@@ -28,9 +34,12 @@ every entry point here does (`ctxwarden`, `python -m bench.…`, pytest).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
 import multiprocessing
 import os
+import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -56,8 +65,25 @@ class EmbedderDied(RuntimeError):
 
 
 # -- the child ---------------------------------------------------------------------------------
+CAN_PAUSE = sys.platform.startswith("linux")  # PR_SET_PDEATHSIG: the module docstring
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child: the kernel SIGKILLs it when the parent goes (a stopped process takes
+    SIGKILL; the pipe's EOF, its other way out, needs it running)."""
+    if not CAN_PAUSE:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # it went before the prctl
+        os._exit(0)
+
+
 def child_main(conn: Connection, model: str, batch_size: int) -> None:
     """Load the model once, then answer (job id, texts) with (job id, "ok", vectors)."""
+    _die_with_parent()
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = "1"  # one core at most, before torch loads its thread pools
     # Idle CPU only: with a backlog the model would take a whole core from the proxy (on
@@ -135,6 +161,7 @@ class EmbedProcess:
         self.pid: int | None = None
         self.restarts = 0  # children that died and were replaced
         self.failures = 0  # children that could not load the model, in a row
+        self._paused = False  # the child is SIGSTOPped (`pause`)
 
     # -- submitting ----------------------------------------------------------------------
     def submit(self, texts: list[str], *, urgent: bool = False) -> Future[Vectors] | None:
@@ -147,6 +174,8 @@ class EmbedProcess:
                 return None
             self._want_child = True
             self._start_thread()
+            if urgent:  # a request waits on it: never behind a stopped child
+                self._resume_locked()
             if urgent or len(texts) <= self.batch_size:
                 job = Job(list(texts), id=next(self._ids), urgent=urgent)
                 (self._urgent if urgent else self._bulk).append(job)
@@ -179,6 +208,44 @@ class EmbedProcess:
             jobs = [j for j in (self._current, self._urgent[0] if self._urgent else None,
                                 self._bulk[0] if self._bulk else None) if j is not None]
         return max((time.monotonic() - j.since for j in jobs), default=0.0)
+
+    # -- holding the child still -------------------------------------------------------------
+    def pause(self) -> bool:
+        """SIGSTOP the child: True if it is stopped now (by this call or an earlier one).
+        False where the child cannot be stopped safely (not Linux), when there is none,
+        or when an urgent job is queued or running."""
+        with self._cond:
+            if self._paused:
+                return True
+            urgent = self._urgent or (self._current is not None and self._current.urgent)
+            proc = self._proc
+            if not CAN_PAUSE or urgent or self._stopping or proc is None:
+                return False
+            try:  # ValueError: `_reap` (another thread) closed it just now
+                if not proc.is_alive():
+                    return False
+                os.kill(proc.pid, signal.SIGSTOP)
+            except (OSError, ValueError):
+                return False
+            self._paused = True
+            return True
+
+    def resume(self) -> None:
+        """SIGCONT the child if `pause` stopped it."""
+        with self._cond:
+            self._resume_locked()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def _resume_locked(self) -> None:
+        proc = self._proc
+        if self._paused:
+            self._paused = False
+            if proc is not None:
+                with contextlib.suppress(OSError, ValueError):  # ValueError: closed
+                    os.kill(proc.pid, signal.SIGCONT)
 
     # -- the dispatcher thread -------------------------------------------------------------
     def _start_thread(self) -> None:
@@ -347,6 +414,7 @@ class EmbedProcess:
     def _reap(self) -> None:
         proc, conn = self._proc, self._conn
         self._proc = self._conn = None
+        self._paused = False  # it is killed below (SIGKILL ends a stopped process too)
         if conn is not None:
             conn.close()
         if proc is not None:
