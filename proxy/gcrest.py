@@ -43,8 +43,9 @@ class RestingCollector:
     collections of generation 1 since the last full one)."""
 
     def __init__(self, quiet: Quiet = QUIET, rest_s: float = 0.25, max_defer_s: float = 60.0,
-                 poll_s: float = 0.05, every: int | None = None) -> None:
+                 poll_s: float = 0.05, every: int | None = None, duty: float = DUTY) -> None:
         self.quiet = quiet
+        self.duty = duty
         self.rest_s, self.max_defer_s, self.poll_s = rest_s, max_defer_s, poll_s
         self.every = every if every is not None else gc.get_threshold()[2]
         self.at_rest = 0  # full collections run while resting
@@ -74,7 +75,7 @@ class RestingCollector:
 
     async def _run(self) -> None:
         due: float | None = None  # when a full collection first became due
-        after = 0.0  # not before: the last one's time × DUTY (a big heap, fewer of them)
+        after = 0.0  # not before: the last one's time × duty (a big heap, fewer of them)
         while True:
             await asyncio.sleep(self.poll_s)
             now = time.monotonic()
@@ -92,5 +93,5 @@ class RestingCollector:
                 self.at_rest += 1
             else:
                 self.forced += 1
-            due, after = None, time.monotonic() + took * DUTY
+            due, after = None, time.monotonic() + took * self.duty
             log.debug("gc_full", ms=round(took * 1000, 2), at_rest=resting)
