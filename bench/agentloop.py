@@ -340,7 +340,9 @@ def config(tmp: Path, port: int, upstream_url: str, policy: str) -> Path:
         "routes": [
             {"name": "loop", "model": "loop-*", "upstream": up, "context_window": WINDOW,
              "max_output_tokens": MAX_OUT, "policy": policy},
-            {"name": "tau", "model": "tau-*", "upstream": up, "context_window": TAU_WINDOW,
+            # the model that wrote the trajectories: its own tokenizer, a 1 % margin
+            {"name": "tau", "model": "tau-*", "upstream": {**up, "model": "openai/gpt-4o"},
+             "context_window": TAU_WINDOW,
              "max_output_tokens": TAU_MAX_OUT, "policy": policy}]}))
     return cfg
 

@@ -171,7 +171,9 @@ class RouteSettings(_Strict):
     policy: str = "rwoe"
     policy_params: dict[str, Any] = Field(default_factory=dict)
     watermark: float = Field(0.85, gt=0, le=1)  # evict down to this share of the budget
-    safety_margin: float = Field(0.05, ge=0, lt=0.5)
+    # of the window, kept free for a provider counting differently; unset: 1 % where
+    # tiktoken has the model's own tokenizer (proxy/tokens.py counts over), else 5 %
+    safety_margin: float | None = Field(None, ge=0, lt=0.5)
     classification: ClassificationSettings = Field(default_factory=ClassificationSettings)
     recall: RecallSettings = Field(default_factory=RecallSettings)
 

@@ -16,6 +16,13 @@ from proxy.fitting import Fit, Fitter
 from proxy.recall import CLOSE, OPEN
 from proxy.tokens import TokenCounter, encoding_for
 
+# The window's share kept free when the route sets no safety_margin: where tiktoken has the
+# model's own encoding, counts already err high (4 tokens of framing a message where OpenAI
+# charges 3; calls and schemas as JSON), so 1 % covers a provider-side change; elsewhere
+# the count is o200k times a family factor, an estimate, and 5 % comes on top.
+EXACT_MARGIN = 0.01
+MARGIN = 0.05
+
 
 class RouteRuntime:
     """Everything a route needs per request, built once."""
@@ -31,6 +38,10 @@ class RouteRuntime:
         self.policy: Policy = get_policy(route.policy, **route.policy_params)
 
         self.block_overhead = self.counter.text(OPEN + CLOSE) + 8
+        margin = route.safety_margin
+        if margin is None:
+            margin = EXACT_MARGIN if self.counter.exact else MARGIN
+        self.margin = math.ceil(margin * window)
 
     def room(self, body: dict[str, Any], tools_tokens: int) -> tuple[int, int]:
         """(room for messages, reserved output). Recall takes its share of the room only on
@@ -39,7 +50,7 @@ class RouteRuntime:
         r = self.route
         reserved = body.get("max_completion_tokens") or body.get("max_tokens")
         reserved = int(reserved) if reserved else r.max_output_tokens
-        room = self.window - reserved - tools_tokens - math.ceil(r.safety_margin * self.window)
+        room = self.window - reserved - tools_tokens - self.margin
         return room, reserved
 
 

@@ -59,14 +59,20 @@ def encoding_for(model: str) -> tiktoken.Encoding:
         return tiktoken.get_encoding("o200k_base")
 
 
+def own_tokenizer(model: str) -> bool:
+    """tiktoken has this model's own encoding: counts are the provider's, or over them."""
+    try:
+        tiktoken.encoding_name_for_model(model.lower().split("/", 1)[-1])
+    except KeyError:
+        return False
+    return True
+
+
 def family_of(model: str) -> tuple[str, float]:
     """(family, factor on o200k counts) of a model name; see the module docstring."""
     name = model.lower()
-    try:
-        tiktoken.encoding_name_for_model(name.split("/", 1)[-1])
+    if own_tokenizer(name):
         return "openai", 1.0
-    except KeyError:
-        pass
     for rx, family, factor in _FAMILIES:
         if rx.search(name):
             return family, factor
@@ -87,6 +93,7 @@ class TokenCounter:
         self.encoding = encoding
         self.model = model
         self.family, self.factor = family_of(model)
+        self.exact = own_tokenizer(model)  # counts are the provider's or over them
         self.media = MediaRules(self.family, model.lower())
         self._cache: OrderedDict[str, int] = OrderedDict()
         self._cache_size = cache_size

@@ -38,7 +38,7 @@ SCHEMA = {"type": "json_schema", "json_schema": {"name": "report", "strict": Tru
 
 async def test_a_response_format_schema_is_inside_the_budget(aiohttp_client: ClientFactory,
                                                              upstream: UpstreamServer) -> None:
-    client = await make(aiohttp_client, settings_for(upstream))  # window 4000: room 3600
+    client = await make(aiohttp_client, settings_for(upstream))  # window 4000: room 3760
     msgs = long_session(3)
     plain = await client.post(CHAT, json={"model": "test-1", "messages": msgs},
                               headers={"X-Session-ID": "plain"})
@@ -53,7 +53,7 @@ async def test_a_response_format_schema_is_inside_the_budget(aiohttp_client: Cli
     assert schema_tokens > 500
     assert int(resp.headers["X-Ctxwarden-Tokens-In"]) == base + schema_tokens
     assert int(resp.headers["X-Ctxwarden-Evicted"]) > 0  # it no longer fitted: evicted
-    assert int(resp.headers["X-Ctxwarden-Tokens-Out"]) <= 3600
+    assert int(resp.headers["X-Ctxwarden-Tokens-Out"]) <= 3760
     assert upstream.history[-1].body["response_format"] == SCHEMA
 
 
@@ -124,6 +124,26 @@ async def test_claude_tools_cost_anthropic_tool_prompt(aiohttp_client: ClientFac
                    "larger window.",
         "type": "invalid_request_error", "code": "context_length_exceeded",
         "param": "messages"}}
+    assert upstream.history == []
+
+
+async def test_the_safety_margin_is_1_percent_where_the_tokenizer_is_the_models_own(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """Unset, the margin is 1 % of the window where tiktoken has the model's encoding (the
+    counts already err high) and 5 % where the count is o200k standing in; a route's own
+    `safety_margin` wins. Read from the budget a request too big for any of them is told."""
+    text = filler(1200, "m")
+    for model, margin, expected in (("openai/gpt-4o", None, 10), ("openai/my-local", None, 50),
+                                    ("openai/gpt-4o", 0.05, 50)):
+        extra: dict[str, Any] = {} if margin is None else {"safety_margin": margin}
+        settings = one_route(upstream.url, name="g", model="g-*", context_window=1000,
+                             upstream={"model": model, "api_base": upstream.url}, **extra)
+        client = await make(aiohttp_client, settings)
+        resp = await client.post(CHAT, json={"model": "g-1", "messages": [user(text)]})
+        assert resp.status == 400
+        message = (await resp.json())["error"]["message"]
+        assert f"but only {1000 - 200 - expected} fit (window 1000 - reserved output 200" in (
+            message), (model, margin, message)
     assert upstream.history == []
 
 
