@@ -158,6 +158,9 @@ class RecallSettings(_Strict):
     # question that much; set it for a faster embedder (a GPU, an API within reach).
     min_similarity: float = Field(0.50, ge=-1, le=1)
     vector_wait_ms: int = Field(0, ge=0, le=1000)
+    # a question's words also match their related words (store/related.py: "big" finds
+    # "large", "growth" finds "grew") whose cosine reaches this; 1 turns it off
+    related_words: float = Field(0.35, ge=0.35, le=1)
     cross_session: bool = False
     timeout_ms: int = Field(1000, ge=1)
 

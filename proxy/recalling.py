@@ -53,7 +53,7 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
                     budget=cap, count=count,
                     vectors=[v for v in rel.vectors if (v[0].chunk_id, v[0].piece)
                              not in shown],
-                    min_similarity=settings.min_similarity)
+                    min_similarity=settings.min_similarity, related=rel.related)
     if not chosen:
         return fit, result
     need = sum(r.tokens for r in chosen) + rt.block_overhead

@@ -18,8 +18,9 @@ from typing import Any
 import structlog
 
 from proxy.chunking import Conversation
-from proxy.recall import ChunkMeta, Step, current_step, search
+from proxy.recall import ChunkMeta, Related, Step, current_step, related_of, search
 from store.quiet import QUIET
+from store.related import RelatedWords, related_words
 from store.relevance import Hit, RelevanceIndex
 from store.vectors import Vectors
 
@@ -38,11 +39,14 @@ class Relevance:
     similarity: dict[str, float]  # chunk id -> [0, 1], RWOE's cos term
     query_vector: asyncio.Task[Any] | None = None
     vectors: list[tuple[Hit, float]] = field(default_factory=list)
+    related: Related = field(default_factory=dict)  # a question's related words
 
 
 class Relater:
-    def __init__(self, embedder: Any | None) -> None:
+    def __init__(self, embedder: Any | None, related: RelatedWords | None = None) -> None:
         self.embedder = embedder  # a store.embed.CachedEmbedder, or None (lexical only)
+        # a question's words also match their related words (store/related.py)
+        self.related = related_words() if related is None else related
         self._feed: deque[str] = deque(maxlen=FEED_MAX)
         self._feeder: asyncio.Task[None] | None = None
         self._embedding = 0  # passages of the batch the embedder has now
@@ -50,7 +54,7 @@ class Relater:
 
     def relate(self, index: RelevanceIndex, vectors: Vectors | None,
                meta: dict[str, ChunkMeta], conv: Conversation, wait_ms: int,
-               min_similarity: float = 0.5) -> Relevance:
+               min_similarity: float = 0.5, related_similarity: float = 1.0) -> Relevance:
         for p in conv.parts:
             index.add(p.chunk.id, p.info.text)
             if p.tool_name and not index.annotated(p.chunk.id):  # about what its call asked
@@ -59,8 +63,9 @@ class Relater:
             if m is None or m.klass != p.chunk.klass.value:  # the tail is PERMANENT only now
                 meta[p.chunk.id] = ChunkMeta(p.chunk.turn, p.role, p.chunk.klass.value)
         step = current_step(conv)
-        hits = search(index, step)
-        rel = Relevance(step, hits, index.chunk_scores(hits))
+        related = related_of(step, self.related, related_similarity)
+        hits = search(index, step, related)
+        rel = Relevance(step, hits, index.chunk_scores(hits), related=related)
         if index.waiting:
             self._drain_later(index)
         if self.embedder is None or vectors is None:

@@ -216,10 +216,24 @@ class RelevanceIndex:
                 out[t] = self._idf(t)
         return out
 
+    def related_terms(self, related: dict[str, tuple[str, float]],
+                      own: dict[str, float]) -> dict[str, float]:
+        """Terms of `related` words (store/related.py: word -> (the query's word, cosine))
+        that the index holds and the query does not, weighted cosine x idf."""
+        cos: dict[str, float] = {}
+        for word, (_, c) in related.items():
+            for t in terms(word):
+                if t not in own and c > cos.get(t, 0.0):
+                    cos[t] = c
+        self._settle(cos)
+        return {t: c * self._idf(t) for t, c in cos.items() if t in self._post}
+
     def search(self, query: str | dict[str, float],
-               exclude: frozenset[str] | set[str] = frozenset()) -> list[Hit]:
+               exclude: frozenset[str] | set[str] = frozenset(),
+               ideal: float | None = None) -> list[Hit]:
         """Every passage outside the `exclude`d chunks that shares a term with the query,
-        best first."""
+        best first. `ideal`: strength's yardstick, when the query's weights are not all
+        its own words' (related words count in the score, not in the yardstick)."""
         q = self.query_terms(query) if isinstance(query, str) else query
         if not q or not self._owner:
             return []
@@ -231,12 +245,19 @@ class RelevanceIndex:
             for n, tf in self._post[t].items():
                 norm = K1 * (1.0 - B + B * lens[n] / avg)
                 acc[n] = get(n, 0.0) + w * tf * (K1 + 1.0) / (tf + norm)
-        ideal = sum(sorted(q.values(), reverse=True)[:IDEAL_TERMS])
+        if ideal is None:
+            ideal = self.ideal(q)
         owner = self._owner
         hits = [Hit(owner[n], self._piece[n], self._text[n], s, min(1.0, s / ideal))
                 for n, s in acc.items() if owner[n] not in exclude]
         hits.sort(key=lambda h: (-h.score, h.chunk_id, h.piece))
         return hits
+
+    @staticmethod
+    def ideal(q: dict[str, float]) -> float:
+        """What a passage of average length scores mentioning each of the query's
+        `IDEAL_TERMS` most specific terms once (`strength` = score / this)."""
+        return sum(sorted(q.values(), reverse=True)[:IDEAL_TERMS])
 
     def chunk_scores(self, hits: Iterable[Hit]) -> dict[str, float]:
         """Per chunk, its best passage's score relative to the best passage overall: the

@@ -1,0 +1,129 @@
+"""Related words (store/related.py): the shipped table is the packaged model's, a
+question's words reach passages worded differently, and only a question's."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from proxy.app import init_app
+from proxy.config import Settings
+from proxy.recall import Step, related_of, search
+from store.base import MemoryStore
+from store.embed import PACKAGED_MODEL, resolve_model
+from store.related import FLOOR, RelatedWords, build, related_words
+from store.relevance import RelevanceIndex
+from tests.support.messages import assistant, call, tool, user
+from tests.support.openai_server import UpstreamServer
+
+ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
+
+
+def test_the_shipped_table_is_the_packaged_models() -> None:
+    shipped = related_words()
+    sample = sorted(shipped.table)[::97] + ["big", "growth", "started", "poll", "pay"]
+    rebuilt = build(Path(resolve_model(PACKAGED_MODEL)), sample)
+    assert len(rebuilt) == len(set(sample)) > 200
+    for word, near in rebuilt.items():
+        assert [(w, c / 100) for w, c in near] == list(shipped.table[word]), word
+    assert ("large", 0.59) in shipped.of("big") and ("grew", 0.49) in shipped.of("growth")
+    assert ("survey", 0.49) in shipped.of("poll") and ("began", 0.68) in shipped.of("started")
+
+
+def test_expand_skips_stop_words_and_keeps_each_words_best_cosine() -> None:
+    table = RelatedWords({"big": (("large", 0.59), ("small", 0.49)),
+                          "huge": (("large", 0.70),), "what": (("which", 0.9),)})
+    assert table.expand(["What", "big", "huge"], 0.5) == {"large": ("huge", 0.70)}
+    assert table.expand(["big"], FLOOR) == {"large": ("big", 0.59), "small": ("big", 0.49)}
+    assert table.of("unknown") == []
+
+
+def index_of(texts: dict[str, str]) -> RelevanceIndex:
+    index = RelevanceIndex()
+    for cid, text in texts.items():
+        index.add(cid, text)
+    return index
+
+
+def test_a_question_finds_the_passage_in_other_words_and_a_step_that_asks_nothing_does_not(
+        ) -> None:
+    index = index_of({
+        "page": "Installed battery storage capacity grew by 9.98% in 2023.",
+        "other": "Prices for heat pumps fell in most regions during the winter.",
+        "q": "What growth did the report give for batteries that year?",
+        "task": "Summarise the report for batteries and growth."})
+    question = Step(index.text("q"), "", frozenset({"q"}), asks=True)
+    related = related_of(question, related_words(), 0.35)
+    assert related["grew"] == ("growth", 0.49)
+    page = {h.chunk_id: h for h in search(index, question, related)}["page"]
+    alone = {h.chunk_id: h for h in search(index, question)}["page"]  # on "battery" only
+    assert page.score > alone.score and "other" not in {h.chunk_id for h in search(
+        index, question, related)}
+    # the strength's yardstick is the question's own words, with or without related ones
+    own = index.query_terms(question.words)
+    assert page.strength == min(1.0, page.score / index.ideal(own))
+    assert alone.strength == min(1.0, alone.score / index.ideal(own))
+    task = Step(index.text("task"), "", frozenset({"task"}), asks=False)
+    assert related_of(task, related_words(), 0.35) == {}
+    assert related_of(question, related_words(), 1.0) == {}  # turned off
+
+
+REPORT = "\n".join(
+    [f"Report section {i}: the report's table {i} repeats the report's regional figures; "
+     f"see the report appendix, report page {40 + i}." for i in range(12)]
+    + ["Installed capacity grew by 9.98% in 2023, the report finds."]
+    + [f"Report note {i}: the report's authors thank the report reviewers." for i in range(8)])
+ANSWER = "9.98%"
+ASK = "What growth did the study give for batteries that year?"
+
+
+def listing(i: int) -> str:
+    return "\n".join(f"src/module_{i}/part_{j}.py: def handler_{i}_{j}(request): "
+                     f"return render(template_{j}, status={200 + j})" for j in range(14))
+
+
+def session(turns: int) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a research agent."},
+                                  user("Read the energy sources and take notes.")]
+    for t in range(1, turns + 1):
+        out = REPORT if t == 2 else listing(t)
+        msgs += [assistant(None, call(f"call_{t}", "read_pdf", json.dumps({"page": t}))),
+                 tool(f"call_{t}", out)]
+    return msgs
+
+
+async def ask(aiohttp_client: ClientFactory, upstream: UpstreamServer,
+              related: float) -> tuple[str, list[dict[str, Any]]]:
+    st = Settings(store={"path": ":memory:"}, routes=[{
+        "name": "agent", "model": "agent-*", "context_window": 3000, "max_output_tokens": 256,
+        "recall": {"related_words": related},
+        "upstream": {"model": "openai/gpt-4o", "api_base": upstream.url, "api_key": "sk-up"}}])
+    client = await aiohttp_client(init_app(st, store=MemoryStore()))
+    history = session(16)
+    headers = {"X-Session-ID": f"s-{related}"}
+    for end in range(4, len(history) + 1, 2):  # back to back, no embedder anywhere
+        resp = await client.post("/v1/chat/completions", headers=headers,
+                                 json={"model": "agent-1", "messages": history[:end]})
+        assert resp.status == 200, await resp.text()
+    assert ANSWER not in json.dumps(upstream.history[-1].body["messages"])  # evicted
+    resp = await client.post("/v1/chat/completions", headers=headers, json={
+        "model": "agent-1", "messages": [*history, assistant("Notes taken."), user(ASK)]})
+    assert resp.status == 200, await resp.text()
+    log = await (await client.get("/admin/evictions",
+                                  params={"session": f"s-{related}"})).json()
+    return json.dumps(upstream.history[-1].body["messages"]), [
+        e for e in log["events"] if e["action"] == "recall"]
+
+
+async def test_a_question_in_other_words_recalls_the_fact_and_says_which_word_led_there(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    sent, recalls = await ask(aiohttp_client, upstream, 0.35)
+    assert ANSWER in sent
+    assert any("grew (~growth)" in e["reason"] for e in recalls), recalls
+    # the same session with related words off: the report's many "report"s win the room
+    sent, recalls = await ask(aiohttp_client, upstream, 1.0)
+    assert ANSWER not in sent and not any("~" in e["reason"] for e in recalls)
