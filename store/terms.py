@@ -6,7 +6,9 @@ suffix stemmer so "rotation"/"rotate" and "databases"/"database" meet, and Engli
 words dropped, so a question in plain words scores on the words that carry its meaning.
 
 Passages: a chunk's text split at line ends into pieces of about 400 characters (~100
-tokens): a fact with its line of context, sharp enough to recall on its own.
+tokens): a fact with its line of context, sharp enough to recall on its own. In a
+pretty-printed JSON answer a piece ends after a record's closing line where it can, so a
+record shorter than a piece keeps its id beside its other fields.
 """
 
 from __future__ import annotations
@@ -99,9 +101,14 @@ def identifiers(text: str) -> list[str]:
 _NUMERIC = re.compile(r"[0-9_\-./:@]+")
 
 
+_CLOSE = re.compile(r"\s*[}\]],?\s*$")
+
+
 def passages(text: str, size: int = PASSAGE_CHARS) -> list[str]:
     """Split at line ends into pieces of about `size` characters (a long line is cut; a
-    last piece under a quarter of `size` joins the one before)."""
+    last piece under a quarter of `size` joins the one before). A piece that would
+    overflow ends instead after its last JSON closing line (`}`, `},`, `]`) when that
+    leaves it a third of `size` or more: the rest of the record starts the next piece."""
     if len(text) <= size:
         return [text]
     out: list[str] = []
@@ -116,8 +123,16 @@ def passages(text: str, size: int = PASSAGE_CHARS) -> list[str]:
             out.append(line[:cut])
             line = line[cut:]
         if n + len(line) > size and cur:
-            out.append("".join(cur))
-            cur, n = [], 0
+            # a JSON record's closing line in the later part: cut after it, so a record
+            # shorter than a passage stays whole (its id beside its status)
+            k = next((j for j in range(len(cur) - 1, 0, -1) if _CLOSE.match(cur[j])), 0)
+            if k and sum(map(len, cur[:k + 1])) >= size // 3:
+                out.append("".join(cur[:k + 1]))
+                cur = cur[k + 1:]
+            else:
+                out.append("".join(cur))
+                cur = []
+            n = sum(map(len, cur))
         cur.append(line)
         n += len(line)
     if cur:

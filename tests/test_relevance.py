@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from store.relevance import RelevanceIndex
@@ -80,6 +82,24 @@ def test_a_short_last_piece_keeps_its_context() -> None:
     pieces = passages(head + "\nFee 0.35 EUR, ticket PAY-4417.", 400)
     assert len(pieces) == 1 and pieces[0].endswith("PAY-4417.")
     assert len(passages(head + "\n" + "z" * 150, 400)) == 2  # a real piece stays one
+
+
+def test_a_json_record_shorter_than_a_passage_stays_whole() -> None:
+    """A pretty-printed API answer is cut after a record's closing line, not inside the
+    record: a ticket's id stays beside its status ("escalated"), an order's total beside
+    its note. Records longer than a passage are cut at line ends, as any text."""
+    tickets = [{"ticket": f"T{100000 + i}", "opened": "2025-03-14T05:55:01Z",
+                "subject": "Damaged monitor arm", "status": "closed", "messages": i}
+               for i in range(12)]
+    tickets[7] |= {"ticket": "CS-524618", "status": "escalated to tier 2"}
+    text = json.dumps({"customer": {"id": "cus_pp41zk0wn3"}, "tickets": tickets}, indent=1)
+    pieces = passages(text, 400)
+    assert "".join(pieces) == text and all(len(p) <= 400 for p in pieces)
+    assert all(p.count('"ticket"') == p.count('"messages"') for p in pieces)  # none split
+    assert any("CS-524618" in p and "escalated" in p for p in pieces)
+    big = json.dumps([{"log": "x" * 60 + str(i)} for i in range(3)] + [
+        {f"k{j}": "v" * 40 for j in range(20)}], indent=1)
+    assert "".join(passages(big, 400)) == big  # a record over the size: cut at line ends
 
 
 def test_a_tool_outputs_call_annotates_every_passage_once() -> None:
