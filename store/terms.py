@@ -47,7 +47,7 @@ def stem(w: str) -> str:
             if suf == "s" and base.endswith("s"):
                 return w  # "class", "access"
             return base
-    return w.rstrip("e") if len(w) > 5 else w
+    return w.rstrip("e") if len(w) > 4 else w
 
 
 def _expand(whole: str) -> tuple[str, ...]:
