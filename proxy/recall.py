@@ -150,13 +150,15 @@ def current_step(conv: Conversation) -> Step:
     return Step(words, tools, frozenset(ids))
 
 
-_ASKING = re.compile(r"\?(?:\s|$)|^\W*(?:what|which|where|who|whom|whose|when|how|why|remind|"
-                     r"recall|remember|did|do you|have you|was|were|tell me|show me)\b", re.I)
+_ASKING = re.compile(r"\?(?:\s|$)|(?:^|[.!:;]\s+|\n)\W*(?:what|which|where|who|whom|whose|"
+                     r"when|how|why|remind|recall|remember|did|do you|have you|was|were|"
+                     r"tell me|show me)\b", re.I)
 
 
 def asking(text: str) -> bool:
-    """A user message that asks something (a question mark, or an opening question word):
-    in an agent loop, a question mid-task is about what the conversation has seen."""
+    """A user message that asks something (a question mark, or a sentence that opens with
+    a question word: "Hold on. Remind me which server..."): in an agent loop, a question
+    mid-task is about what the conversation has seen."""
     return bool(_ASKING.search(text))
 
 
