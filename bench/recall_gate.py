@@ -38,9 +38,10 @@ def settings(min_relevance: float, question: float | None = None) -> Settings:
                      "api_key": "unused"}}])
 
 
-async def measure(w: agentloop.Workload, min_relevance: float,
-                  question: float | None = None) -> dict[str, Any]:
-    st = settings(min_relevance, question)
+async def measure(w: agentloop.Workload, st: Settings) -> dict[str, Any]:
+    """Every back-to-back session of `w` through `Pipeline.prepare` on `st`'s first route:
+    facts asked and kept by kind, recalls on questions and on other user turns, turns
+    carrying a block, and the mean cache-prefix ratio."""
     pipeline = Pipeline(st, MemoryStore())
     c: Counter[str] = Counter()
     ratios: list[float] = []
@@ -93,7 +94,7 @@ async def main(thresholds: list[float], questions: list[float] | None) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for t in thresholds:
         for q in questions or [t]:
-            print(row(t, q, await measure(w, t, q)), flush=True)
+            print(row(t, q, await measure(w, settings(t, q))), flush=True)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,9 @@ SECTIONS: dict[str, tuple[str, str, Callable[[bool], Any]]] = {
                   "generated agent sessions and tau-bench (bench/agentloop.py, generator "
                   "bench/agentgen.py): every policy on the same traffic, targets stated "
                   "as met or not.", _run("bench.agentloop")),
+    "seeds": ("Facts kept over five seeds", "How much the agent-loop figure above owes "
+              "to its draw: the same sessions' generator on seeds 0-4, every policy, in "
+              "process (bench/seeds.py).", _run("bench.seeds")),
     "relevance": ("Lexical relevance index: the candidates", "Per agent turn on tau-bench "
                   "text: add the turn's new passages, then one query over the session "
                   "(bench/relevance.py; why store/relevance.py is hand-rolled).",

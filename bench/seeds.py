@@ -1,0 +1,79 @@
+"""Facts kept over more than one seed: how much the agent-loop figure owes to its draw.
+
+`bench/agentloop.py` measures one seed's sessions through HTTP, with the embedder. The
+tool facts asked there are 18, and which of them a lexical match can reach depends on the
+draw (which paraphrase, which neighbours in the session): on five seeds RWOE kept 7 to 12
+of 18 before related words. This section replays the back-to-back sessions of seeds 0-4
+in process (`Pipeline.prepare`, no HTTP, no embedder: the lexical path, which is all a
+back-to-back loop gets) for every policy on the agent-loop route's settings, and reports
+facts kept by kind per policy, summed over the seeds, with each seed's tool facts.
+
+    .venv/bin/python -m bench.seeds [--seeds 0 1 2 3 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+from collections import Counter
+
+import proxy  # noqa: F401  (offline defaults)
+from bench import agentloop
+from bench.recall_gate import measure
+from bench.replay import Meter
+from proxy.config import Settings
+
+SEEDS = (0, 1, 2, 3, 4)
+KINDS = ("tool", "user", "constraint")
+
+
+def settings(policy: str) -> Settings:
+    """The agent-loop bench's `loop` route (bench/agentloop.py `config`), in process."""
+    return Settings(store={"path": ":memory:"}, routes=[{
+        "name": "loop", "model": "loop-*", "context_window": agentloop.WINDOW,
+        "max_output_tokens": agentloop.MAX_OUT, "policy": policy,
+        "upstream": {"model": "openai/mock-1", "api_base": "http://127.0.0.1:9/v1",
+                     "api_key": "unused"}}])
+
+
+async def spread(seeds: tuple[int, ...] = SEEDS,
+                 policies: tuple[str, ...] = agentloop.POLICIES) -> dict[str, list[Counter[str]]]:
+    """policy -> one Counter per seed (asked_<kind>, kept_<kind>, ...)."""
+    out: dict[str, list[Counter[str]]] = {p: [] for p in policies}
+    for seed in seeds:
+        w = agentloop.workload(dataclasses.replace(agentloop.FULL, seed=seed), Meter())
+        for p in policies:
+            out[p].append((await measure(w, settings(p)))["counts"])
+    return out
+
+
+def table(by: dict[str, list[Counter[str]]], seeds: tuple[int, ...]) -> str:
+    lines = ["| policy | facts kept | tool / user / constraint | tool facts per seed ("
+             + ", ".join(map(str, seeds)) + ") |", "|---|---|---|---|"]
+    for policy, counts in by.items():
+        total = sum(counts, Counter())
+        asked = sum(total[f"asked_{k}"] for k in KINDS)
+        kept = sum(total[f"kept_{k}"] for k in KINDS)
+        kinds = " / ".join(f"{total[f'kept_{k}']}" for k in KINDS)
+        per = ", ".join(f"{c['kept_tool']}/{c['asked_tool']}" for c in counts)
+        lines.append(f"| {policy} | **{kept / max(1, asked):.2f}** ({kept}/{asked}) | "
+                     f"{kinds} of {total['asked_tool']} each | {per} |")
+    return "\n".join(lines)
+
+
+async def run(quick: bool = False) -> str:
+    seeds = SEEDS[:2] if quick else SEEDS
+    by = await spread(seeds)
+    return ("Back to back, in process, lexical path (no embedder), the agent-loop route: "
+            f"seeds {', '.join(map(str, seeds))}, each 9 sessions and 54 facts (18 of each "
+            "kind) as in the HTTP run above, whose seed is 0.\n\n" + table(by, seeds))
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    a = ap.parse_args()
+    seeds = tuple(a.seeds)
+    print(table(asyncio.run(spread(seeds)), seeds))
