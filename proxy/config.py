@@ -158,6 +158,13 @@ class RecallSettings(_Strict):
     # question that much; set it for a faster embedder (a GPU, an API within reach).
     min_similarity: float = Field(0.50, ge=-1, le=1)
     vector_wait_ms: int = Field(0, ge=0, le=1000)
+    # A question waits for its own vector at most this long, and only where that can pay
+    # off: the embedder idle and this session's passages embedded (a paced loop; back to
+    # back the embedder lags and no question waits). 0 turns it off. Then its nearest
+    # evicted passages by vector (the best 3) come back from this cosine, as its best
+    # lexical matches do from question_min_relevance (docs/design-notes.md).
+    question_vector_wait_ms: int = Field(60, ge=0, le=1000)
+    question_min_similarity: float = Field(0.25, ge=-1, le=1)
     # a question's words also match their related words (store/related.py: "big" finds
     # "large", "growth" finds "grew") whose cosine reaches this; 1 turns it off
     related_words: float = Field(0.35, ge=0.35, le=1)

@@ -167,7 +167,8 @@ class Pipeline:
         settings = rt.route.recall
         rel = self.relater.relate(state.index, state.vectors, state.meta, conv,
                                   settings.vector_wait_ms if settings.enabled else 0,
-                                  settings.min_similarity, settings.related_words)
+                                  settings.min_similarity, settings.related_words,
+                                  settings.question_vector_wait_ms if settings.enabled else 0)
         # fit: sticky decisions, then the policy, down to the watermark; cut if must
         tools_tokens = rt.counter.request_extras(body)  # tools, functions, schemas
         room, reserved = rt.room(body, tools_tokens)

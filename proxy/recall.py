@@ -8,8 +8,12 @@ can be recalled on turn N+1 with no pause.
 Only when it is clear: a passage is recalled when its `strength` (BM25 score over the
 query's ideal, store/relevance.py) reaches `recall.min_relevance` and it is among the
 session's best matches (`recall.min_relative` of the best passage's score). Most agent
-turns ask nothing about the past and recall nothing. Vectors refine the order only where
-both vectors are already in the embedder's cache (no waiting).
+turns ask nothing about the past and recall nothing. A question is about what the
+conversation has seen: its bar is lower (`question_min_relevance`) and its words also
+match their related words (store/related.py). Vectors refine where both vectors are
+already in the embedder's cache (proxy/relate.py says when a question waits for its own);
+a question's nearest evicted passages by vector come back from
+`question_min_similarity`, other steps' from `min_similarity`.
 
 Stable: a block lists passages in conversation order (turn, chunk, piece), not score
 order, and is appended to the last user message or tool result (never a system message
@@ -38,6 +42,7 @@ OPEN = ("<ctxwarden-recall note=\"passages offloaded earlier in this conversatio
         "recalled because they look relevant now; context, not new instructions\">")
 CLOSE = "</ctxwarden-recall>"
 QUERY_CHARS = 2000
+QUESTION_VECTORS = 3  # a question's nearest evicted passages by vector that may come back
 HOSTS = ("user", "tool")
 
 
@@ -235,12 +240,15 @@ class ChunkMeta:
 def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
            query: str, min_relevance: float, min_relative: float, top_k: int,
            budget: int, count: Any, vectors: Sequence[tuple[Hit, float]] = (),
-           min_similarity: float = 1.0, related: Related | None = None) -> list[Recalled]:
+           min_similarity: float = 1.0, related: Related | None = None,
+           question_similarity: float | None = None) -> list[Recalled]:
     """The passages to recall: evicted, clear matches, best first within budget and top_k.
     A clear match is lexical (strength >= min_relevance, within min_relative of the best
     word match; a rare identifier has strength 1) or, where the vectors are ready, a
-    cosine >= min_similarity. Rank: strength + cosine. `count(text) -> tokens`. A
-    question's `related` words match too; the reason names them as "large (~big)"."""
+    cosine >= min_similarity; for a question (`question_similarity` set), its
+    `QUESTION_VECTORS` nearest evicted passages with a cosine >= that. Rank: strength +
+    cosine. `count(text) -> tokens`. A question's `related` words match too; the reason
+    names them as "large (~big)"."""
     if budget <= 0 or not (hits or vectors):
         return []
     # "within min_relative of the best" among the candidates: an in-context message that
@@ -254,10 +262,20 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
             continue
         c = cos.get((h.chunk_id, h.piece), 0.0)
         cands[(h.chunk_id, h.piece)] = (h.strength + c, h, "")
+    nearest: set[tuple[str, int]] = set()
+    if question_similarity is not None:
+        nearest = {(h.chunk_id, h.piece) for h, c in sorted(
+            ((h, c) for h, c in vectors if h.chunk_id in evicted and c >= question_similarity),
+            key=lambda x: (-x[1], x[0].chunk_id, x[0].piece))[:QUESTION_VECTORS]}
     for h, c in vectors:
         key = (h.chunk_id, h.piece)
-        if c >= min_similarity and key not in cands:
+        if key in cands:
+            continue
+        if c >= min_similarity:
             cands[key] = (c, h, f"vector match, cosine {c:.2f} >= {min_similarity:g}")
+        elif key in nearest:
+            cands[key] = (c, h, f"a question's nearest passages by vector, cosine {c:.2f} "
+                                f">= {question_similarity:g}")
     qterms = set(terms(query))
     alias = {t: w for r, (w, _) in (related or {}).items() for t in terms(r)
              if t not in qterms}

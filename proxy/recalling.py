@@ -53,7 +53,9 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
                     budget=cap, count=count,
                     vectors=[v for v in rel.vectors if (v[0].chunk_id, v[0].piece)
                              not in shown],
-                    min_similarity=settings.min_similarity, related=rel.related)
+                    min_similarity=settings.min_similarity, related=rel.related,
+                    question_similarity=(settings.question_min_similarity
+                                         if rel.step.asks else None))
     if not chosen:
         return fit, result
     need = sum(r.tokens for r in chosen) + rt.block_overhead

@@ -4,7 +4,10 @@ Lexical first, always, in about a millisecond (store/relevance.py). Vectors refi
 they are ready: every new passage is handed to the embedder as background work (it runs
 in its own process, store/embedproc.py), the step's words are asked for urgently, and the
 request waits for that at most `recall.vector_wait_ms`; a passage whose vector is not in
-the embedder's cache yet has no cosine this turn. Nothing here blocks on a model.
+the embedder's cache yet has no cosine this turn. A question waits for its own vector up
+to `recall.question_vector_wait_ms`, and only when the session's passages are embedded
+(at most `CAUGHT_UP` units pending: a paced loop) and the embedder answers now; back to
+back the embedder lags and no question waits. Nothing else blocks on a model.
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ from store.relevance import Hit, RelevanceIndex
 from store.vectors import Vectors
 
 log = structlog.get_logger("ctxwarden")
-FEED_MAX = 4096  # passages waiting to be embedded; past it the oldest are dropped
+FEED_MAX = 4096  # passage units waiting to be embedded; past it the oldest are dropped
 FEED_BATCH = 16
 CALL_CHARS = 300  # of a call's arguments, as context for its output's passages
 DRAIN_SLICE = 32  # waiting passages indexed per slice (~1 ms); requests run in between
 DRAIN_DELAY = 0.01  # s: the request that brought them is forwarded first
+CAUGHT_UP = 64  # units still to embed, at most, for a question's wait to pay off
 
 
 @dataclass(slots=True)
@@ -54,7 +58,8 @@ class Relater:
 
     def relate(self, index: RelevanceIndex, vectors: Vectors | None,
                meta: dict[str, ChunkMeta], conv: Conversation, wait_ms: int,
-               min_similarity: float = 0.5, related_similarity: float = 1.0) -> Relevance:
+               min_similarity: float = 0.5, related_similarity: float = 1.0,
+               question_wait_ms: int = 0) -> Relevance:
         for p in conv.parts:
             index.add(p.chunk.id, p.info.text)
             if p.tool_name and not index.annotated(p.chunk.id):  # about what its call asked
@@ -74,6 +79,8 @@ class Relater:
         vectors.resolve(self.embedder.cached_key)
         if step.words:
             qv = self.embedder.cached(step.words)
+            if step.asks and len(vectors.pending) <= CAUGHT_UP:  # the passages have vectors
+                wait_ms = max(wait_ms, question_wait_ms)
             if qv is not None:
                 rel.vectors = _matches(index, vectors, qv, step)
                 _blend(rel.similarity, rel.vectors, min_similarity)

@@ -1,20 +1,57 @@
 """The passages' embeddings, beside the lexical index (store/relevance.py): a refinement
-the request path uses where the embedder has already answered, never waits for."""
+the request path uses where the embedder has already answered, never waits for.
+
+A passage is embedded as its units: its lines, a line longer than `UNIT_CHARS` cut at a
+sentence end. A fact is one line of a log, one field of a record, one sentence of a page,
+and MiniLM tells that sentence from its neighbours where a whole 400-character passage's
+vector blurs it (docs/design-notes.md: on the generated sessions the unit holding a tool
+fact ranked first of the session's ~1,000-3,000 units for 10 of 17 questions, and in
+the first three for 13; whole passages, none). A passage's cosine is its best unit's.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from store.embed import key_of
 from store.relevance import RelevanceIndex
 
-PENDING_MAX = 8192
+PENDING_MAX = 8192 * 3  # units
+UNIT_CHARS = 200
+UNIT_MIN = 40  # shorter lines (a JSON field, a blank-ish log line) join the next ones
+_SENTENCE_END = re.compile(r"[.!?;] ")
+
+
+def units(text: str, size: int = UNIT_CHARS) -> list[str]:
+    """`text` in pieces of at most `size` characters: its lines (stripped, empty ones
+    dropped), short ones joined until a piece has `UNIT_MIN` characters, a line over
+    `size` cut after its last sentence end within `size` (else at `size`)."""
+    out: list[str] = []
+    cur = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        while line:
+            if len(line) > size:
+                ends = [m.end() for m in _SENTENCE_END.finditer(line, 0, size)]
+                cut = ends[-1] if ends and ends[-1] > size // 3 else size
+                piece, line = line[:cut].strip(), line[cut:].strip()
+            else:
+                piece, line = line, ""
+            if cur and (len(cur) >= UNIT_MIN or len(cur) + 1 + len(piece) > size):
+                out.append(cur)
+                cur = piece
+            else:
+                cur = f"{cur} {piece}" if cur else piece
+    if cur:
+        out.append(cur)
+    return out
 
 
 class Vectors:
-    """The passages' embeddings, where the embedder has already made them.
+    """The passages' embeddings (their units'), where the embedder has already made them.
 
-    Refinement only, never waited on: `pending` holds passages not embedded yet; each turn
+    Refinement only, never waited on: `pending` holds units not embedded yet; each turn
     `resolve` looks a bounded number of them up in the embedder's cache (a hash and a dict
     read each), and `cosines` is one matrix product over what has resolved. What is not
     ready simply has no cosine this turn."""
@@ -24,42 +61,48 @@ class Vectors:
         self._rows: list[Any] = []
         self._nums: list[int] = []  # passage number of each row
         self._matrix: Any = None
+        self._owners: Any = None
         self._seen = 0  # passages handed to `pending` so far
-        self.pending: list[tuple[int, bytes | None]] = []  # (passage, its key once hashed)
+        # (passage, unit text, its key once hashed)
+        self.pending: list[tuple[int, str, bytes | None]] = []
 
     @property
     def count(self) -> int:
-        """Vectors held (each one passage's)."""
+        """Vectors held (each one unit's)."""
         return len(self._rows)
 
     def new_texts(self) -> list[str]:
-        """Passages added to the index since the last call (to be embedded)."""
+        """The units of the passages added to the index since the last call (to be
+        embedded)."""
         n = self.index.passages_count
-        self.pending += ((i, None) for i in range(self._seen, n))
-        texts = [self.index.passage_text(i) for i in range(self._seen, n)]
+        texts: list[str] = []
+        for i in range(self._seen, n):
+            for u in units(self.index.passage_text(i)):
+                self.pending.append((i, u, None))
+                texts.append(u)
         self._seen = n
         return texts
 
     def resolve(self, cached_key: Any, limit: int = 128) -> int:
         """Pick up vectors the embedder has finished (oldest first, at most `limit` looked
-        up per call); returns how many resolved. A passage's cache key is hashed when it is
-        first looked up and kept: an embedder that lags leaves the same passages pending
-        turn after turn, and a cold history's thousands wait their turn unhashed."""
+        up per call); returns how many resolved. A unit's cache key is hashed when it is
+        first looked up and kept: an embedder that lags leaves the same units pending turn
+        after turn, and a cold history's thousands wait their turn unhashed."""
         if not self.pending:
             return 0
         if len(self.pending) > PENDING_MAX:  # the embedder dropped them long ago
             del self.pending[:-PENDING_MAX]
-        still: list[tuple[int, bytes | None]] = []
+        still: list[tuple[int, str, bytes | None]] = []
         got = 0
-        for k, (n, key) in enumerate(self.pending):
+        for k, (n, text, key) in enumerate(self.pending):
             if k >= limit:
                 still += self.pending[k:]
                 break
             if key is None:
-                key = key_of(self.index.passage_text(n))
+                key = key_of(text)
             v = cached_key(key)
             if v is None:
-                still.append((n, key))
+                still.append((n, text, key))
             else:
                 self._rows.append(v)
                 self._nums.append(n)
@@ -70,12 +113,17 @@ class Vectors:
         return got
 
     def cosines(self, query: Any) -> list[tuple[int, float]]:
-        """(passage number, cosine) for every embedded passage."""
+        """(passage number, its best unit's cosine) for every passage with a unit
+        embedded, in passage order."""
         if not self._rows:
             return []
-        if self._matrix is None:
-            import numpy as np
+        import numpy as np
 
+        if self._matrix is None:
             self._matrix = np.vstack(self._rows)
+            self._owners = np.asarray(self._nums, dtype=np.int64)
         sims = self._matrix @ query
-        return list(zip(self._nums, (float(s) for s in sims), strict=True))
+        best = np.full(int(self._owners.max()) + 1, -2.0, dtype=np.float64)
+        np.maximum.at(best, self._owners, sims)
+        have = np.flatnonzero(best > -2.0)
+        return list(zip(have.tolist(), best[have].tolist(), strict=True))

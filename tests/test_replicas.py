@@ -4,7 +4,8 @@ The promise: a session's turns may land on any replica, and what goes upstream i
 one replica would have sent. Each test checks it against a reference: the same turns
 through one app on a local directory store. Vectors are a per-process, timing-dependent
 refinement (one replica's own cache fills as it goes), so the byte-for-byte comparisons
-run with `min_similarity: 1.0`, which leaves decisions and recall lexical.
+run with `min_similarity` and `question_min_similarity` at 1.0, which leaves decisions
+and recall lexical.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def settings(upstream: UpstreamServer, path: str, options: dict[str, str]) -> Se
     return Settings(store={"path": path, "storage_options": options}, routes=[{
         "name": "test", "model": "test-*", "context_window": 4000, "max_output_tokens": 256,
         "upstream": {"model": "openai/gpt-4o", "api_base": upstream.url, "api_key": "sk-up"},
-        "recall": {"enabled": True, "budget_fraction": 0.15, "min_similarity": 1.0}}])
+        "recall": {"enabled": True, "budget_fraction": 0.15, "min_similarity": 1.0,
+                   "question_min_similarity": 1.0}}])
 
 
 def shared_store(uri: str, server: MotoServer) -> LanceStore:

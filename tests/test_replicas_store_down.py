@@ -40,7 +40,8 @@ def settings(upstream: UpstreamServer, path: str, options: dict[str, str]) -> Se
     return Settings(store={"path": path, "storage_options": options}, routes=[{
         "name": "test", "model": "test-*", "context_window": 4000, "max_output_tokens": 256,
         "upstream": {"model": "openai/gpt-4o", "api_base": upstream.url, "api_key": "sk-up"},
-        "recall": {"enabled": True, "budget_fraction": 0.15, "min_similarity": 1.0}}])
+        "recall": {"enabled": True, "budget_fraction": 0.15, "min_similarity": 1.0,
+                   "question_min_similarity": 1.0}}])
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Vectors beside the lexical index: picked up from the embedder's cache, never waited on."""
+"""Vectors beside the lexical index: picked up from the embedder's cache, never waited on;
+a passage embedded as its lines, its cosine its best line's."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 from store.embed import key_of
 from store.relevance import RelevanceIndex
-from store.vectors import Vectors
+from store.vectors import UNIT_CHARS, Vectors, units
 
 
 class CacheFake:
@@ -40,7 +41,7 @@ def test_a_lagging_embedder_leaves_passages_pending_and_resolves_them_later() ->
     assert vectors.cosines(np.array([1.0, 0.0], dtype=np.float32)) == []
     cache.finish(texts[1], [0.0, 1.0])
     assert vectors.resolve(cache.cached_key) == 1
-    assert [n for n, _ in vectors.pending] == [0]
+    assert [n for n, _, _ in vectors.pending] == [0]
     cache.finish(texts[0], [1.0, 0.0])
     assert vectors.resolve(cache.cached_key) == 1
     assert vectors.pending == []
@@ -83,4 +84,40 @@ def test_resolve_looks_up_at_most_limit_passages_a_turn() -> None:
     cache = CacheFake()
     assert vectors.resolve(cache.cached_key, limit=2) == 0
     assert len(cache.history) == 2
-    assert [n for n, _ in vectors.pending] == [0, 1, 2, 3, 4]  # order kept
+    assert [n for n, _, _ in vectors.pending] == [0, 1, 2, 3, 4]  # order kept
+
+
+def test_a_passage_is_embedded_as_its_lines_and_scores_as_its_best_line() -> None:
+    """A fact is one line among others: a passage's vector blurs it, its line's does not."""
+    lines = ["2025-03-07T20:32:55Z INFO  [inventory-worker-4] expire audit took=3066ms",
+             "INFO:     Uvicorn running on http://0.0.0.0:26692 (Press CTRL+C to quit)",
+             "2025-03-01T23:52:19Z WARN  [profile-worker-8] validate consent id=20711"]
+    index = RelevanceIndex()
+    index.add("log", "\n".join(lines))
+    index.add("other", "nothing here")
+    vectors = Vectors(index)
+    texts = vectors.new_texts()
+    assert texts == [*lines, "nothing here"]
+    cache = CacheFake()
+    for t, v in zip(texts, ([0.0, 1.0], [1.0, 0.1], [0.1, 1.0], [0.6, 0.8]), strict=True):
+        cache.finish(t, v)
+    assert vectors.resolve(cache.cached_key) == 4 and vectors.count == 4
+    sims = dict(vectors.cosines(np.array([1.0, 0.0], dtype=np.float32)))
+    assert sims.keys() == {0, 1}
+    assert sims[0] == pytest.approx(1.0 / np.hypot(1.0, 0.1))  # the port's line, not a mean
+    assert sims[1] == pytest.approx(0.6)
+
+
+def test_units_are_lines_short_ones_joined_and_a_long_line_cut_at_a_sentence_end() -> None:
+    page = ("The survey was fielded online among 6,098 adults in fourteen countries. "
+            + "Critics argue the figures overstate the trend. " * 6)
+    record = '{\n  "ticket": "CS-524618",\n  "status": "escalated to tier 2",\n  "n": 3\n}'
+    cut = units(record + "\n\n" + page, UNIT_CHARS)
+    assert cut[0] == '{ "ticket": "CS-524618", "status": "escalated to tier 2",'  # >= 40
+    assert cut[1].startswith('"n": 3 } The survey was fielded')
+    assert all(len(u) <= UNIT_CHARS for u in cut)
+    assert " ".join(cut) == " ".join(ln.strip() for ln in (record + "\n" + page).splitlines()
+                                     ).strip()
+    assert units("x" * 450) == ["x" * 200, "x" * 200, "x" * 50]  # no sentence end: at size
+    long_lines = ["a" * 50, "b" * 60]
+    assert units("\n".join(long_lines)) == long_lines  # lines of 40+ stand alone

@@ -410,3 +410,69 @@ async def test_an_embedder_that_cannot_answer_now_is_not_waited_for(
     await post(client, [{"role": "system", "content": "sys"}, user("A brand new question?")])
     assert loop.time() - started < 0.5  # never the 1 s wait
     assert any("A brand new question?" in batch for batch in embedder.calls)  # handed over
+
+
+FIVE_TOPICS = {"money": ["spending", "ceiling", "eur", "money"], "cloud": ["cloud"],
+               "staff": ["staff"], "travel": ["travel"], "hardware": ["hardware"]}
+MEMO = "\n".join(["Procurement memo.", "Spending ceiling approved: 4,140 EUR.",
+                  *[f"Line item {i}: reviewed." for i in range(40)]])
+
+
+async def test_a_question_waits_for_its_vector_when_the_embedder_has_caught_up(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """A paced loop: every passage is embedded between turns. A question that shares no
+    word with the memo (related words off) waits for its own vector and brings back its
+    nearest evicted passage, though the cosine (0.45) is under min_similarity; the same
+    words as a statement do not (no wait, no recall under min_similarity)."""
+    from proxy.keys import PIPELINE
+    from tests.support.fakes import TopicEmbedder
+
+    embedder = TopicEmbedder(FIVE_TOPICS)
+    app = init_app(settings(upstream, recall={"related_words": 1.0}, safety_margin=0.05),
+                   store=EmbeddingStore(embedder))
+    client = await aiohttp_client(app)
+    history = agent_session(16)
+    history[5] = {**history[5], "content": MEMO}
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+        await app[PIPELINE].relater.flush()
+    assert "4,140" not in json.dumps(upstream.history[-1].body["messages"])
+    done = [*history, assistant("Done.")]
+    said = "We must fund cloud, staff, travel and hardware with that money."
+    await post(client, [*done, user(said)], sid="s-2")  # another session, same history
+    assert "4,140" not in json.dumps(upstream.history[-1].body["messages"])
+    ask = "How much money is there for cloud, staff, travel and hardware?"
+    resp = await post(client, [*done, user(ask)])
+    assert resp.headers["X-Ctxwarden-Recalled"] != "0"
+    assert "4,140 EUR" in upstream.history[-1].body["messages"][-1]["content"]
+    log = (await (await client.get("/admin/evictions", params={"session": "s-1"})).json())
+    reasons = [e["reason"] for e in log["events"] if e["action"] == "recall"]
+    assert reasons and all(r.startswith("a question's nearest passages by vector, cosine 0.4")
+                           for r in reasons), reasons
+
+
+async def test_a_question_does_not_wait_while_the_sessions_passages_are_being_embedded(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """Back to back the embedder lags: a question's vector would find nothing embedded to
+    compare with, so the question does not wait for it (here: never, had it waited)."""
+    from concurrent.futures import Future
+
+    from tests.support.fakes import TopicEmbedder
+
+    class Lagging(TopicEmbedder):
+        def _start(self, texts: list[str], urgent: bool) -> Any:
+            self.calls.append(list(texts))
+            return Future()  # never done, background or urgent
+
+    embedder = Lagging(FIVE_TOPICS)
+    client = await aiohttp_client(init_app(settings(upstream, recall={
+        "related_words": 1.0, "question_vector_wait_ms": 1000}), store=EmbeddingStore(embedder)))
+    history = agent_session(16)
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    ask = "How much money is there for cloud, staff, travel and hardware?"
+    await post(client, [*history, assistant("Done."), user(ask)])
+    assert loop.time() - started < 0.5  # never the 1 s wait
+    assert any(ask in batch for batch in embedder.calls)  # handed over for next time
