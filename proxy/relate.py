@@ -6,7 +6,7 @@ in its own process, store/embedproc.py), the step's words are asked for urgently
 request waits for that at most `recall.vector_wait_ms`; a passage whose vector is not in
 the embedder's cache yet has no cosine this turn. A question waits for its own vector up
 to `recall.question_vector_wait_ms`, and only when the session's passages are embedded
-(at most `CAUGHT_UP` units pending: a paced loop) and the embedder answers now; back to
+(at most `CAUGHT_UP` passages pending: a paced loop) and the embedder answers now; back to
 back the embedder lags and no question waits. Nothing else blocks on a model.
 """
 
@@ -25,15 +25,15 @@ from proxy.recall import ChunkMeta, Related, Step, current_step, related_of, sea
 from store.quiet import QUIET
 from store.related import RelatedWords, related_words
 from store.relevance import Hit, RelevanceIndex
-from store.vectors import Vectors
+from store.vectors import Vectors, units
 
 log = structlog.get_logger("ctxwarden")
-FEED_MAX = 4096  # passage units waiting to be embedded; past it the oldest are dropped
-FEED_BATCH = 16
+FEED_MAX = 4096  # passages waiting to be embedded; past it the oldest are dropped
+FEED_BATCH = 16  # units
 CALL_CHARS = 300  # of a call's arguments, as context for its output's passages
 DRAIN_SLICE = 32  # waiting passages indexed per slice (~1 ms); requests run in between
 DRAIN_DELAY = 0.01  # s: the request that brought them is forwarded first
-CAUGHT_UP = 64  # units still to embed, at most, for a question's wait to pay off
+CAUGHT_UP = 16  # passages still to embed, at most, for a question's wait to pay off
 
 
 @dataclass(slots=True)
@@ -134,11 +134,16 @@ class Relater:
         assert self.embedder is not None
         while self._feed:
             await QUIET.wait()
-            batch = [self._feed.popleft() for _ in range(min(FEED_BATCH, len(self._feed)))]
-            self._embedding = len(batch)
+            batch: list[str] = []  # whole passages' units (store/vectors.py), off the path
+            passages = 0
+            while self._feed and len(batch) < FEED_BATCH:
+                batch += units(self._feed.popleft())
+                passages += 1
+            self._embedding = passages
             failed: Exception | None = None
             try:
-                await self.embedder.embed(batch)
+                if batch:
+                    await self.embedder.embed(batch)
             except Exception as exc:  # the batch is given up: pending no more
                 failed = exc
             finally:

@@ -17,7 +17,7 @@ from typing import Any
 from store.embed import key_of
 from store.relevance import RelevanceIndex
 
-PENDING_MAX = 8192 * 3  # units
+PENDING_MAX = 8192
 UNIT_CHARS = 200
 UNIT_MIN = 40  # shorter lines (a JSON field, a blank-ish log line) join the next ones
 _SENTENCE_END = re.compile(r"[.!?;] ")
@@ -51,10 +51,12 @@ def units(text: str, size: int = UNIT_CHARS) -> list[str]:
 class Vectors:
     """The passages' embeddings (their units'), where the embedder has already made them.
 
-    Refinement only, never waited on: `pending` holds units not embedded yet; each turn
+    Refinement only, never waited on: `pending` holds passages not embedded yet; each turn
     `resolve` looks a bounded number of them up in the embedder's cache (a hash and a dict
-    read each), and `cosines` is one matrix product over what has resolved. What is not
-    ready simply has no cosine this turn."""
+    read per unit), and `cosines` is one matrix product over what has resolved. What is
+    not ready simply has no cosine this turn. A passage is split into its units only when
+    it is first looked up (the embedder's feeder splits its own copy off the request
+    path): a history sent whole costs no splitting on the request that brings it."""
 
     def __init__(self, index: RelevanceIndex, dim: int | None = None) -> None:
         self.index = index
@@ -63,8 +65,8 @@ class Vectors:
         self._matrix: Any = None
         self._owners: Any = None
         self._seen = 0  # passages handed to `pending` so far
-        # (passage, unit text, its key once hashed)
-        self.pending: list[tuple[int, str, bytes | None]] = []
+        # (passage, its units' keys once split and hashed)
+        self.pending: list[tuple[int, tuple[bytes, ...] | None]] = []
 
     @property
     def count(self) -> int:
@@ -72,40 +74,37 @@ class Vectors:
         return len(self._rows)
 
     def new_texts(self) -> list[str]:
-        """The units of the passages added to the index since the last call (to be
-        embedded)."""
+        """Passages added to the index since the last call (to be embedded, as `units`)."""
         n = self.index.passages_count
-        texts: list[str] = []
-        for i in range(self._seen, n):
-            for u in units(self.index.passage_text(i)):
-                self.pending.append((i, u, None))
-                texts.append(u)
+        self.pending += ((i, None) for i in range(self._seen, n))
+        texts = [self.index.passage_text(i) for i in range(self._seen, n)]
         self._seen = n
         return texts
 
     def resolve(self, cached_key: Any, limit: int = 128) -> int:
-        """Pick up vectors the embedder has finished (oldest first, at most `limit` looked
-        up per call); returns how many resolved. A unit's cache key is hashed when it is
-        first looked up and kept: an embedder that lags leaves the same units pending turn
-        after turn, and a cold history's thousands wait their turn unhashed."""
+        """Pick up passages whose units the embedder has all finished (oldest first, at
+        most `limit` looked up per call); returns how many resolved. A passage's units are
+        split and hashed when it is first looked up and kept: an embedder that lags leaves
+        the same passages pending turn after turn, and a cold history's thousands wait
+        their turn unsplit."""
         if not self.pending:
             return 0
         if len(self.pending) > PENDING_MAX:  # the embedder dropped them long ago
             del self.pending[:-PENDING_MAX]
-        still: list[tuple[int, str, bytes | None]] = []
+        still: list[tuple[int, tuple[bytes, ...] | None]] = []
         got = 0
-        for k, (n, text, key) in enumerate(self.pending):
+        for k, (n, keys) in enumerate(self.pending):
             if k >= limit:
                 still += self.pending[k:]
                 break
-            if key is None:
-                key = key_of(text)
-            v = cached_key(key)
-            if v is None:
-                still.append((n, text, key))
+            if keys is None:
+                keys = tuple(key_of(u) for u in units(self.index.passage_text(n)))
+            vs = [cached_key(key) for key in keys]
+            if any(v is None for v in vs):
+                still.append((n, keys))
             else:
-                self._rows.append(v)
-                self._nums.append(n)
+                self._rows += vs
+                self._nums += [n] * len(vs)
                 got += 1
         self.pending = still
         if got:

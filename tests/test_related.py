@@ -29,14 +29,13 @@ def test_the_shipped_table_is_the_packaged_models() -> None:
     rebuilt = build(Path(resolve_model(PACKAGED_MODEL)), sample)
     assert len(rebuilt) == len(set(sample)) > 200
     for word, near in rebuilt.items():
-        assert [(w, c / 100) for w, c in near] == list(shipped.table[word]), word
+        assert [(w, c / 100) for w, c in near] == shipped.of(word), word
     assert ("large", 0.59) in shipped.of("big") and ("grew", 0.49) in shipped.of("growth")
     assert ("survey", 0.49) in shipped.of("poll") and ("began", 0.68) in shipped.of("started")
 
 
 def test_expand_skips_stop_words_and_keeps_each_words_best_cosine() -> None:
-    table = RelatedWords({"big": (("large", 0.59), ("small", 0.49)),
-                          "huge": (("large", 0.70),), "what": (("which", 0.9),)})
+    table = RelatedWords({"big": "large:59 small:49", "huge": "large:70", "what": "which:90"})
     assert table.expand(["What", "big", "huge"], 0.5) == {"large": ("huge", 0.70)}
     assert table.expand(["big"], FLOOR) == {"large": ("big", 0.59), "small": ("big", 0.49)}
     assert table.of("unknown") == []

@@ -41,7 +41,7 @@ def test_a_lagging_embedder_leaves_passages_pending_and_resolves_them_later() ->
     assert vectors.cosines(np.array([1.0, 0.0], dtype=np.float32)) == []
     cache.finish(texts[1], [0.0, 1.0])
     assert vectors.resolve(cache.cached_key) == 1
-    assert [n for n, _, _ in vectors.pending] == [0]
+    assert [n for n, _ in vectors.pending] == [0]
     cache.finish(texts[0], [1.0, 0.0])
     assert vectors.resolve(cache.cached_key) == 1
     assert vectors.pending == []
@@ -84,7 +84,7 @@ def test_resolve_looks_up_at_most_limit_passages_a_turn() -> None:
     cache = CacheFake()
     assert vectors.resolve(cache.cached_key, limit=2) == 0
     assert len(cache.history) == 2
-    assert [n for n, _, _ in vectors.pending] == [0, 1, 2, 3, 4]  # order kept
+    assert [n for n, _ in vectors.pending] == [0, 1, 2, 3, 4]  # order kept
 
 
 def test_a_passage_is_embedded_as_its_lines_and_scores_as_its_best_line() -> None:
@@ -97,11 +97,15 @@ def test_a_passage_is_embedded_as_its_lines_and_scores_as_its_best_line() -> Non
     index.add("other", "nothing here")
     vectors = Vectors(index)
     texts = vectors.new_texts()
-    assert texts == [*lines, "nothing here"]
+    assert texts == ["\n".join(lines), "nothing here"]  # passages: split off the path
     cache = CacheFake()
-    for t, v in zip(texts, ([0.0, 1.0], [1.0, 0.1], [0.1, 1.0], [0.6, 0.8]), strict=True):
+    cut = [u for t in texts for u in units(t)]
+    assert cut == [*lines, "nothing here"]
+    cache.finish(cut[0], [0.0, 1.0])
+    assert vectors.resolve(cache.cached_key) == 0  # a passage waits for all its lines
+    for t, v in zip(cut[1:], ([1.0, 0.1], [0.1, 1.0], [0.6, 0.8]), strict=True):
         cache.finish(t, v)
-    assert vectors.resolve(cache.cached_key) == 4 and vectors.count == 4
+    assert vectors.resolve(cache.cached_key) == 2 and vectors.count == 4
     sims = dict(vectors.cosines(np.array([1.0, 0.0], dtype=np.float32)))
     assert sims.keys() == {0, 1}
     assert sims[0] == pytest.approx(1.0 / np.hypot(1.0, 0.1))  # the port's line, not a mean
