@@ -19,6 +19,7 @@ from store.related import FLOOR, RelatedWords, build, related_words
 from store.relevance import RelevanceIndex
 from tests.support.messages import assistant, call, tool, user
 from tests.support.openai_server import UpstreamServer
+from tests.support.trips import file_listing
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 
@@ -80,16 +81,11 @@ ANSWER = "9.98%"
 ASK = "What growth did the study give for batteries that year?"
 
 
-def listing(i: int) -> str:
-    return "\n".join(f"src/module_{i}/part_{j}.py: def handler_{i}_{j}(request): "
-                     f"return render(template_{j}, status={200 + j})" for j in range(14))
-
-
 def session(turns: int) -> list[dict[str, Any]]:
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a research agent."},
                                   user("Read the energy sources and take notes.")]
     for t in range(1, turns + 1):
-        out = REPORT if t == 2 else listing(t)
+        out = REPORT if t == 2 else file_listing(t)
         msgs += [assistant(None, call(f"call_{t}", "read_pdf", json.dumps({"page": t}))),
                  tool(f"call_{t}", out)]
     return msgs
