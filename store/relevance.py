@@ -219,13 +219,18 @@ class RelevanceIndex:
     def related_terms(self, related: dict[str, tuple[str, float]],
                       own: dict[str, float]) -> dict[str, float]:
         """Terms of `related` words (store/related.py: word -> (the query's word, cosine))
-        that the index holds and the query does not, weighted cosine x idf."""
+        that the index holds and the query does not, weighted cosine x idf. On a history
+        that arrived whole they count among the passages indexed so far (those holding one
+        of the query's own terms, and what the background has indexed): settling them too
+        indexed ~900 more passages of a 1,000-message history on its request (20 -> 63
+        ms), common words such as "person" or "small" being among them."""
         cos: dict[str, float] = {}
         for word, (_, c) in related.items():
             for t in terms(word):
                 if t not in own and c > cos.get(t, 0.0):
                     cos[t] = c
-        self._settle(cos)
+        if len(self._waiting) <= self.eager:
+            self._settle(cos)
         return {t: c * self._idf(t) for t, c in cos.items() if t in self._post}
 
     def search(self, query: str | dict[str, float],

@@ -16,7 +16,7 @@ from proxy.recall import Step, related_of, search
 from store.base import MemoryStore
 from store.embed import PACKAGED_MODEL, resolve_model
 from store.related import FLOOR, RelatedWords, build, related_words
-from store.relevance import RelevanceIndex
+from store.relevance import EAGER, RelevanceIndex
 from tests.support.messages import assistant, call, tool, user
 from tests.support.openai_server import UpstreamServer
 from tests.support.trips import file_listing
@@ -70,6 +70,24 @@ def test_a_question_finds_the_passage_in_other_words_and_a_step_that_asks_nothin
     task = Step(index.text("task"), "", frozenset({"task"}), asks=False)
     assert related_of(task, related_words(), 0.35) == {}
     assert related_of(question, related_words(), 1.0) == {}  # turned off
+
+
+def test_on_a_history_sent_whole_related_words_index_nothing_more() -> None:
+    """The question's own terms bring their passages into the index on the request;
+    related words score among those, and the rest waits for the background."""
+    texts = {f"c{i}": f"Line {i}: a small person walked past the large building."
+             for i in range(EAGER * 4)}
+    texts["fact"] = "Installed battery capacity grew by 9.98% in 2023."
+    question = Step("How big was the growth for batteries?", "", frozenset({"q"}), asks=True)
+    related = related_of(question, related_words(), 0.35)
+    assert {"large", "small"} <= related.keys()  # big's, and on every filler line
+    waiting = []
+    for rel in (None, related):
+        index = index_of({**texts, "q": question.words})
+        hits = search(index, question, rel)
+        waiting.append(index.waiting)
+        assert [h.chunk_id for h in hits] == ["fact"]
+    assert waiting[0] == waiting[1] > 0  # the filler, holding "small" and "large", waits
 
 
 REPORT = "\n".join(
