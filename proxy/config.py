@@ -144,6 +144,9 @@ class RecallSettings(_Strict):
 
     enabled: bool = True
     budget_fraction: float = Field(0.10, ge=0, le=0.5)
+    # ...but never less than this many tokens (up to a quarter of the room): a tenth of a
+    # small window (270 tokens of a 3,000-token one) holds one passage of JSON, not two
+    min_budget_tokens: int = Field(400, ge=0)
     min_relevance: float = Field(0.25, ge=0, le=1)
     min_relative: float = Field(0.5, ge=0, le=1)
     # a user's question (proxy/recall.py `asking`) is about what the conversation has
@@ -170,6 +173,12 @@ class RecallSettings(_Strict):
     related_words: float = Field(0.35, ge=0.35, le=1)
     cross_session: bool = False
     timeout_ms: int = Field(1000, ge=1)
+
+    def budget(self, room: int) -> int:
+        """The most a recall may take of `room` tokens."""
+        if self.budget_fraction <= 0:
+            return 0
+        return max(int(room * self.budget_fraction), min(self.min_budget_tokens, room // 4))
 
 
 class RouteSettings(_Strict):

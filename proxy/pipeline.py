@@ -210,7 +210,7 @@ class Pipeline:
         row = summary(
             conv, fit, costs, recalled, tenant=tenant, session=session,
             policy=rt.route.policy, window=rt.window, budget=room,
-            recall_budget=int(room * rt.route.recall.budget_fraction), tools=tools_tokens,
+            recall_budget=rt.route.recall.budget(room), tools=tools_tokens,
             tokens_in=tokens_in, tokens_out=tokens_out, recall_tokens=recall.tokens,
             query=recall.query)
 

@@ -26,6 +26,7 @@ afresh, or its host leaves the context.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,7 +35,7 @@ from proxy.chunking import Conversation
 from store.base import Event
 from store.related import RelatedWords
 from store.relevance import Hit, RelevanceIndex
-from store.terms import terms
+from store.terms import WORD, terms
 
 Related = dict[str, tuple[str, float]]  # related word -> (the question's word, cosine)
 
@@ -75,11 +76,40 @@ def focus(text: str, qterms: set[str], max_tokens: int, count: Any) -> str:
             break
         if count("\n".join(lines[j] for j in sorted([*keep, i]))) <= max_tokens:
             keep.append(i)
-        elif not keep:  # the best line alone is too long: cut it
+        elif not keep:  # the best line alone is too long: keep its part that matches
             ln = lines[i]
-            chars = max(0, len(ln) * max_tokens // max(1, count(ln)) - 4)
-            return ln[:chars].rstrip() + " …" if chars > 16 else ""
+            chars = max(0, len(ln) * max_tokens // max(1, count(ln)) - 8)
+            return window(ln, qterms, chars) if chars > 16 else ""
     return "\n".join(lines[j] for j in sorted(keep))
+
+
+def window(line: str, qterms: set[str], chars: int) -> str:
+    """`chars` characters of a line too long to keep whole (minified JSON, a long log
+    line): the stretch holding the most distinct query terms, starting a little before the
+    first of them, cut at spaces and marked " … " where text was left out."""
+    spots = [(m.start(), t) for m in WORD.finditer(line)
+             for t in terms(m.group()) if t in qterms]
+    start = 0
+    if spots:  # slide a window of `chars` over the matches: the most distinct terms wins
+        inside: Counter[str] = Counter()
+        best, j = -1, 0
+        for k, (pos, _) in enumerate(spots):
+            while j < len(spots) and spots[j][0] < pos + chars:
+                inside[spots[j][1]] += 1
+                j += 1
+            if len(inside) > best:
+                best, start = len(inside), pos
+            inside[spots[k][1]] -= 1
+            if not inside[spots[k][1]]:
+                del inside[spots[k][1]]
+        start = max(0, start - chars // 8)
+        if start:
+            start = line.find(" ", start) + 1 or start
+    end = min(len(line), start + chars)
+    if end < len(line) and line.rfind(" ", start, end) > start:
+        end = line.rfind(" ", start, end)
+    return (("… " if start else "") + line[start:end].strip()
+            + (" …" if end < len(line) else ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +170,13 @@ def current_step(conv: Conversation) -> Step:
     if parts[-1].role != "tool":
         src = users[-1] if users else parts[-1]
         words = src.info.text[-QUERY_CHARS:]
-        return Step(words, "", frozenset({src.chunk.id}), src.role == "user" and asking(words))
+        asks = src.role == "user" and asking(words)
+        prev = parts[-2] if len(parts) > 1 and src is parts[-1] else None
+        if not asks and prev is not None and prev.role == "assistant" and prev.info.text:
+            # a reply ("Yes, go ahead") means what it answers: the agent's proposal
+            both = f"{prev.info.text}\n{words}"[-QUERY_CHARS:]
+            return Step(both, "", frozenset({src.chunk.id, prev.chunk.id}))
+        return Step(words, "", frozenset({src.chunk.id}), asks)
     tail = []
     for p in reversed(parts):
         if p.role != "tool":

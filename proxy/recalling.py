@@ -43,7 +43,7 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
         return fit, result
     shown = set().union(*(b.keys for b in kept))
     count = rt.counter.text
-    cap = int(room * settings.budget_fraction) - rt.block_overhead - result.tokens
+    cap = settings.budget(room) - rt.block_overhead - result.tokens
     chosen = select([h for h in rel.hits if (h.chunk_id, h.piece) not in shown],
                     recallable, state.meta, query=query,
                     min_relevance=(min(settings.min_relevance,
@@ -83,7 +83,7 @@ async def across_sessions(store: Store, rt: RouteRuntime, conv: Conversation, fi
     vector search, under `recall.timeout_ms`, only when this session's own index found
     nothing (the request is valid without it, so a slow store is skipped and logged)."""
     settings = rt.route.recall
-    budget = min(int(room * settings.budget_fraction), room - fit.tokens) - result.tokens
+    budget = min(settings.budget(room), room - fit.tokens) - result.tokens
     in_context = frozenset(p.chunk.id for p in conv.parts if p.chunk.id not in fit.evicted)
     q = RecallQuery(tenant=tenant, session=session, text=result.query,
                     exclude_chunk_ids=in_context,

@@ -17,7 +17,7 @@ import re
 from bisect import bisect_right
 
 PASSAGE_CHARS = 400  # ~100 tokens: a fact with its line of context; sharper vectors too
-_WORD = re.compile(r"[A-Za-z0-9]+(?:[_\-./:@][A-Za-z0-9]+)*")
+WORD = re.compile(r"[A-Za-z0-9]+(?:[_\-./:@][A-Za-z0-9]+)*")
 _PIECE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 STOP = frozenset("""
 a about above after again against all also am an and any are as at be because been before
@@ -76,7 +76,7 @@ def terms(text: str) -> list[str]:
     are computed once per process: agent histories reuse a small vocabulary."""
     out: list[str] = []
     cache = _CACHE
-    for whole in _WORD.findall(text):
+    for whole in WORD.findall(text):
         ts = cache.get(whole)
         if ts is None:
             if len(cache) >= _CACHE_MAX:
@@ -91,7 +91,7 @@ def identifiers(text: str) -> list[str]:
     (ZFA04Y, mia_li_3668, pg-stg-7741.internal, HAT028), not bare numbers, dates or code
     names, which agent outputs repeat everywhere."""
     out = []
-    for whole in _WORD.findall(text):
+    for whole in WORD.findall(text):
         if len(whole) >= 5 and not whole.isalpha() and not _NUMERIC.fullmatch(whole) and (
                 any(c.isdigit() for c in whole)):
             out.append(whole.lower())

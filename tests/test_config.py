@@ -90,3 +90,16 @@ def test_store_wal_dir_reaches_the_store(tmp_path: Path) -> None:
     assert isinstance(store, LanceStore) and store.wal_dir == tmp_path / "wal"
     default = make_store(Settings(store={"path": str(tmp_path / "db2")}))
     assert isinstance(default, LanceStore) and default.wal_dir == tmp_path / "db2" / "_wal"
+
+
+def test_recall_budget_is_a_share_of_the_room_with_a_floor() -> None:
+    """A tenth of a small window holds one passage of JSON; the floor (at most a quarter
+    of the room) leaves room for two. Large windows keep their share; 0 turns it off."""
+    from proxy.config import RecallSettings
+
+    r = RecallSettings()
+    assert r.budget(6_900) == 690  # 10 % is more than the floor
+    assert r.budget(2_700) == 400  # 10 % would be 270
+    assert r.budget(1_000) == 250  # the floor is capped at a quarter of the room
+    assert RecallSettings(budget_fraction=0).budget(2_700) == 0
+    assert RecallSettings(min_budget_tokens=0).budget(2_700) == 270

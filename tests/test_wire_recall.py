@@ -330,6 +330,62 @@ def test_focus_keeps_the_best_matching_lines_in_order() -> None:
     assert focus(text, q, 4, count) == ""
 
 
+def test_focus_cuts_a_long_line_around_what_matches() -> None:
+    """Minified JSON is one long line: cut to the budget, the part kept is the one that
+    holds the query's terms, not the line's head, and the cut is marked."""
+    from proxy.recall import focus
+    from proxy.tokens import TokenCounter, encoding_for
+    from store.terms import terms
+
+    count = TokenCounter(encoding_for("gpt-4o")).text
+    q = set(terms("I'll charge the Visa card ending in 7447."))
+    cut = focus(PROFILE, q, 60, count)
+    assert cut.startswith("… ") and cut.endswith(" …") and count(cut) <= 60
+    assert '"brand": "visa", "last_four": "7447"' in cut and "credit_card_4421486" in cut
+    assert "Sunset Drive" not in cut  # the head, which matches nothing
+    assert focus(PROFILE, set(), 60, count).startswith('{"name"')  # no match: the head
+
+
+PROFILE = json.dumps({
+    "name": {"first_name": "Mia", "last_name": "Li"},
+    "address": {"address1": "975 Sunset Drive", "address2": "Suite 217", "city": "Austin",
+                "country": "USA", "province": "TX", "zip": "78750"},
+    "email": "mia.li3818@example.com", "dob": "1990-04-05",
+    "payment_methods": {
+        "certificate_4856383": {"source": "certificate", "amount": 100},
+        "credit_card_4421486": {"source": "credit_card", "brand": "visa",
+                                "last_four": "7447", "id": "credit_card_4421486"},
+        "gift_card_1955700": {"source": "gift_card", "amount": 62}},
+    "saved_passengers": [{"first_name": n, "last_name": "Li", "dob": f"19{60 + i}-0{1 + i}-1{i}"}
+                         for i, n in enumerate(("Amelia", "Noah", "Ava", "Mason"))],
+    "membership": "gold", "reservations": [f"R{i:02d}X{7 * i % 10}Q" for i in range(40)]})
+
+
+async def test_a_reply_recalls_what_the_proposal_it_confirms_needs(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """"Yes, go ahead" means what it answers: the agent's proposal ("your Visa card ending
+    in 7447") is the step, so the evicted profile holding that card's payment id comes
+    back for the call the agent is about to make. The same reply to a proposal that
+    names nothing evicted recalls nothing."""
+    client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
+    history = agent_session(24, fact_at=0)
+    history[2] = assistant(None, call("call_1", "get_user_details", '{"user_id": "mia_li"}'))
+    history[3] = tool("call_1", PROFILE)
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+    assert "credit_card_4421486" not in json.dumps(upstream.history[-1].body["messages"])
+    yes = user("Yes, please proceed with that booking. Thank you!")
+    resp = await post(client, [*history, assistant("Handlers are done. Shall I go on?"), yes])
+    assert resp.headers["X-Ctxwarden-Recalled"] == "0"
+    resp = await post(client, [*history, assistant(
+        "The total is $255: $250 from your certificate and $5 charged to your Visa card "
+        "ending in 7447. Shall I proceed with the booking?"), yes])
+    assert resp.headers["X-Ctxwarden-Recalled"] != "0"
+    sent = upstream.history[-1].body["messages"]
+    assert sent[-1]["content"].startswith(yes["content"])
+    assert "credit_card_4421486" in sent[-1]["content"]
+
+
 class EmbeddingStore(MemoryStore):
     """A MemoryStore with an embedder, as a LanceStore has one."""
 
