@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from proxy.answers import asks_quantity, prefer_stated
 from proxy.chunking import Conversation
 from store.base import Event
 from store.related import RelatedWords
@@ -228,6 +229,8 @@ def search(index: RelevanceIndex, step: Step, related: Related | None = None) ->
         extra = index.related_terms(related, own) if related else {}
         if own:
             hits = index.search({**own, **extra}, step.source, ideal=index.ideal(own))
+            if step.asks and asks_quantity(step.words):
+                hits = prefer_stated(index, hits, {*own, *extra})
     if step.ids_from:
         rare = index.rare_identifiers(step.ids_from, step.source)
         if rare:

@@ -187,6 +187,10 @@ class RelevanceIndex:
         self._settle((term,))
         return self._idf(term)
 
+    def df(self, term: str) -> int:
+        """How many indexed passages hold `term` (0 for a term not indexed yet)."""
+        return len(self._post.get(term, ()))
+
     def _idf(self, term: str) -> float:
         n = len(self._owner)
         df = len(self._post.get(term, ()))

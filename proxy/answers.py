@@ -1,0 +1,71 @@
+"""A question that asks for a quantity prefers the passages that state one.
+
+"How many people took part in that survey?" shares one word with its answer's passage
+("The survey was fielded online among 6,098 adults …") and the same word with every
+passage that only talks about the survey ("Survey respondents in Lyon were more
+positive …"); BM25 cannot tell them apart, and the talk outnumbers the fact. What tells
+them apart is what the question asks for: a number. So when a question asks how many,
+how much, or for a number, size, total, amount, price or cost, a passage where one of
+its matched words sits within two lines of a number that only this passage (or one
+other) holds has its score multiplied by `1 + BOOST`: the passage that states a value
+beside the question's words, not the one that repeats them.
+
+Rare, because a number every passage repeats (a year, "14 business days") is
+formatting, not an answer. Only for questions (`Step.asks`): other steps are not looking
+for a value. Measured in docs/design-notes.md.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from store.relevance import Hit, RelevanceIndex
+from store.terms import WORD, terms
+
+QUANTITY = re.compile(r"\bhow (?:many|much|large|big|long|often|old|far)\b|"
+                      r"\b(?:number|size|count|total|amount|percent(?:age)?|price|cost)s?\b",
+                      re.I)
+BOOST = 2.0  # the score of a passage stating a rare value beside the question's words
+TOP = 64  # the best matches looked at: the answer is among them or not found this way
+NEAR = 2  # lines between a matched word and the value
+MIN_DIGITS = 3  # "6,098" holds "098"; "14" or "3" is a count any passage may repeat
+MAX_DF = 2  # in at most this many passages: the value is this passage's own
+
+
+def asks_quantity(words: str) -> bool:
+    return QUANTITY.search(words) is not None
+
+
+def prefer_stated(index: RelevanceIndex, hits: list[Hit], qterms: set[str]) -> list[Hit]:
+    """`hits` (best first) with the passages among the first `TOP` that state a rare
+    value near a query term boosted, best first again."""
+    out = list(hits)
+    changed = False
+    for k, h in enumerate(hits[:TOP]):
+        if h.strength < 1.0 and states_value(index, h.text, qterms):
+            out[k] = replace(h, score=h.score * (1 + BOOST),
+                             strength=min(1.0, h.strength * (1 + BOOST)))
+            changed = True
+    if changed:
+        out.sort(key=lambda h: (-h.score, h.chunk_id, h.piece))
+    return out
+
+
+def states_value(index: RelevanceIndex, text: str, qterms: set[str]) -> bool:
+    """A line of `text` holds a rare value (`MIN_DIGITS`, `MAX_DF`) and a line at most
+    `NEAR` away from it holds one of `qterms`. Values are looked for first: most
+    passages hold none, and a line's terms cost more than its digits."""
+    lines = text.splitlines()
+    for j, ln in enumerate(lines):
+        if len(_DIGIT.findall(ln)) < MIN_DIGITS or not any(
+                sum(c.isdigit() for c in tok) >= MIN_DIGITS
+                and 0 < index.df(tok.lower()) <= MAX_DF for tok in WORD.findall(ln)):
+            continue
+        for i in range(max(0, j - NEAR), min(len(lines), j + NEAR + 1)):
+            if not qterms.isdisjoint(terms(lines[i])):
+                return True
+    return False
+
+
+_DIGIT = re.compile(r"[0-9]")

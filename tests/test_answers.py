@@ -1,0 +1,61 @@
+"""A question asking for a quantity prefers the passage that states one (proxy/answers.py)."""
+
+from __future__ import annotations
+
+from proxy.answers import asks_quantity, prefer_stated
+from store.relevance import RelevanceIndex
+
+# Research notes as an agent reads them: the survey is talked about again and again,
+# its size is stated once; years and "14 percent" recur, so they are not an answer.
+TALK = [
+    "Survey respondents in Lyon were more positive about urban cycling than the national "
+    "average. Survey methods differ by up to 14 percent depending on the panel.",
+    "A Pew Research survey found that urban cycling rose steadily between 2010 and 2018, "
+    "mostly in urban areas; the survey was repeated in 2018.",
+    "Critics of the survey argue the figures overstate the trend because of how the "
+    "survey samples; estimates differ by up to 14 percent.",
+    "Survey respondents in Gdansk said the same; the 2018 survey wave was the largest.",
+]
+STATES = ("Policy support, not price, was the main driver.\n"
+          "The survey was fielded online among 6,098 adults in fourteen countries.\n"
+          "Adoption varies widely between regions.")
+
+
+def ranked(question: str) -> list[str]:
+    idx = RelevanceIndex()
+    for i, text in enumerate([*TALK, STATES]):
+        idx.add(f"c{i}", text)
+    own = idx.query_terms(question)
+    hits = idx.search(own)
+    if asks_quantity(question):
+        hits = prefer_stated(idx, hits, set(own))
+    return [h.chunk_id for h in hits]
+
+
+def test_a_how_many_question_prefers_the_passage_stating_a_number() -> None:
+    before = RelevanceIndex()
+    for i, text in enumerate([*TALK, STATES]):
+        before.add(f"c{i}", text)
+    plain = [h.chunk_id for h in before.search("How many people took part in that survey?")]
+    assert plain[0] != "c4"  # BM25 alone: the talk outnumbers the fact
+    assert ranked("How many people took part in that survey?")[0] == "c4"
+    assert ranked("How big was that survey?")[0] == "c4"
+
+
+def test_only_a_question_for_a_quantity_is_reranked() -> None:
+    for q in ("How many people took part?", "What was the total?", "how much did it cost",
+              "What's the ticket number?", "How large was the group?"):
+        assert asks_quantity(q), q
+    for q in ("Which survey was that?", "Who led the study?", "Where does it run?"):
+        assert not asks_quantity(q), q
+    assert ranked("Which survey was that?")[0] != "c4"  # no reordering
+
+
+def test_a_value_every_passage_repeats_is_not_an_answer() -> None:
+    """2018 and 14 recur across the talk: a passage holding only those is not boosted."""
+    idx = RelevanceIndex()
+    for i, text in enumerate(TALK):
+        idx.add(f"c{i}", text)
+    own = idx.query_terms("How many people answered the survey in 2018?")
+    hits = idx.search(own)
+    assert prefer_stated(idx, hits, set(own)) == hits
