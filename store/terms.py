@@ -50,6 +50,19 @@ def stem(w: str) -> str:
     return w.rstrip("e") if len(w) > 4 else w
 
 
+# A value whose kind a question names in plain words and the value never says: "which
+# port" of `0.0.0.0:26692`, "what IP" of `10.4.2.17`, "which email" of `a@b.org`. Such a
+# word also yields its kind as a term (a word of its own, so it matches the question's).
+_CODE = r"(?:py|js|ts|tsx|jsx|go|rs|rb|java|kt|c|h|cc|cpp|md|txt|json|ya?ml|toml|cfg|ini|sh|log)"
+_HOST = (r"(?:localhost|\d{1,3}(?:\.\d{1,3}){3}|"  # a file's line (app.py:14) is no port
+         r"[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?!" + _CODE + r":)[a-z][a-z0-9-]*)")
+SHAPES = {
+    "port": re.compile(_HOST + r":\d{2,5}(?=/|$)"),
+    "ip": re.compile(r"\d{1,3}(?:\.\d{1,3}){3}(?=[:/]|$)"),
+    "email": re.compile(r"[a-z0-9._%+-]+@[a-z0-9-]+(?:\.[a-z0-9-]+)+$"),
+}
+
+
 def _expand(whole: str) -> tuple[str, ...]:
     low = whole.lower()
     if len(whole) > 2 and not low.isalpha():  # an identifier: itself and its pieces
@@ -58,6 +71,7 @@ def _expand(whole: str) -> tuple[str, ...]:
             p = piece.lower()
             if p not in STOP and (len(p) > 1 or p.isdigit()):
                 out.append(stem(p))
+        out += [kind for kind, rx in SHAPES.items() if rx.match(low)]
         return tuple(out)
     if low in STOP or len(low) < 2:
         return ()
@@ -144,6 +158,14 @@ def passages(text: str, size: int = PASSAGE_CHARS) -> list[str]:
     return [p for p in out if p.strip()]
 
 
+# Where a blob may hold a word of each shape: a cheap pattern, then what precedes it
+# (a cold history's timestamps all match ":\d\d"; a port follows a host).
+_SHAPE_HINTS = {"port": re.compile(r":\d{2,5}"), "ip": re.compile(r"\.\d{1,3}\.\d"),
+                "email": re.compile(r"@")}
+_SHAPE_BEFORE = {"port": re.compile(r"(?:localhost|\d{1,3}(?:\.\d{1,3}){3}|\.(?!"
+                                    + _CODE + r"$)[a-z][a-z0-9-]*)$")}
+
+
 class Blob:
     """Texts (by number) joined and lower-cased once, to find which of them can hold a
     term: a term is a lower-cased substring of the word it came from (a word, an
@@ -164,6 +186,15 @@ class Blob:
         blob, starts, nums = self.text, self.starts, self.nums
         hit: set[int] = set()
         for t in wanted:
+            if t in SHAPES:  # a kind: the words of that shape hold it too
+                before = _SHAPE_BEFORE.get(t)
+                for m in _SHAPE_HINTS[t].finditer(blob):
+                    i = m.start()
+                    if before is None or (  # a host has a dot or is localhost
+                            (blob.rfind(".", max(0, i - 64), i) >= 0
+                             or blob.endswith("localhost", 0, i))
+                            and before.search(blob, max(0, i - 64), i)):
+                        hit.add(nums[bisect_right(starts, i) - 1])
             probe = t[:-1] if t.endswith("y") and len(t) > 2 else t
             i = blob.find(probe)
             while i >= 0:

@@ -33,6 +33,17 @@ def test_identifiers_count_whole_and_in_pieces() -> None:
     assert {"pg", "stg", "7741", "internal", "rotat", "keys", "fail", "host"} <= set(ts)
 
 
+def test_a_value_of_a_named_kind_also_yields_the_kind() -> None:
+    """"Which port" of `0.0.0.0:26692`, "what IP", "which email": the value never says
+    its kind, the question only names it. A file's line (app.py:14) is no port."""
+    assert {"port", "ip"} <= set(terms("Uvicorn running on http://0.0.0.0:26692"))
+    assert "port" in terms("db at pg-stg-7741.internal:5432 and localhost:8080/api")
+    assert "email" in terms("mail mia.li3818@example.com")
+    for s in ("src/app.py:14", "app.py:14", "12:00", "2025-03-07T09:03:12Z", "status:200",
+              "x.yaml:3"):
+        assert not {"port", "ip", "email"} & set(terms(s)), s
+
+
 def test_stop_words_drop_and_stems_meet() -> None:
     assert terms("Which of the machines is it?") == ["machin"]
     assert stem("databases") == stem("database")
@@ -134,10 +145,13 @@ LAZY_DOCS = [
     "rotateKeys() ran at 03:00; the vault token rotation succeeded for svc-billing-02.",
     "Order ORD-88213 shipped; tracking 1Z999AA10123456784, carrier UPS.",
     *(f"log line {i}: worker-{i % 7} processed batch {i * 13} in {i % 50} ms" for i in range(90)),
+    "INFO:     Uvicorn running on http://0.0.0.0:26692 (Press CTRL+C to quit)",
+    "Pages go to oncall@acme.example.org; the port of Rotterdam is not ours.",
 ]
 QUERIES = ["Which machine hosts the staging database?", "What does the refund policy say?",
            "did the key rotation work?", "ORD-88213", "which carrier shipped it",
-           "what did worker 3 process", "pg-stg-7741.internal", "backups", "nothing matches"]
+           "what did worker 3 process", "pg-stg-7741.internal", "backups", "nothing matches",
+           "Which port did the app come up on?", "what email do pages go to", "which IP"]
 
 
 def _results(idx: RelevanceIndex) -> list[list[tuple[str, int, float, float]]]:
@@ -163,6 +177,15 @@ def test_a_cold_history_waits_unindexed_and_answers_as_if_indexed() -> None:
     assert got == _results(eager)
     assert got[1][0][0] == "c6"  # "policy" found "policies"
     assert got[0][0][0] == "c0"
+    assert {h[0] for h in got[-3]} == {"c99", "c100"}  # a port's shape, and the word
+    assert got[-2][0][0] == "c100"
+    assert [h[0] for h in got[-1]] == ["c99"]  # 0.0.0.0 is an address
+    for k, q in enumerate(QUERIES):  # each on its own: no earlier query indexed its matches
+        fresh = RelevanceIndex(eager=8)
+        fresh.add_many((f"c{i}", t) for i, t in enumerate(LAZY_DOCS))
+        fresh.annotate("c8", 'read_file {"path": "deploy/staging.env"}')
+        assert [(h.chunk_id, h.piece, round(h.score, 9)) for h in fresh.search(q)] == [
+            r[:3] for r in got[k]], q
     assert {h.chunk_id for h in lazy.search("staging env settings")} >= {"c0", "c8"}
     assert lazy.rare_identifiers("see ORD-88213", set()) == eager.rare_identifiers(
         "see ORD-88213", set())
