@@ -71,7 +71,8 @@ def _expand(whole: str) -> tuple[str, ...]:
             p = piece.lower()
             if p not in STOP and (len(p) > 1 or p.isdigit()):
                 out.append(stem(p))
-        out += [kind for kind, rx in SHAPES.items() if rx.match(low)]
+        if ":" in low or "@" in low or low.count(".") >= 3:  # else no shape can match
+            out += [kind for kind, rx in SHAPES.items() if rx.match(low)]
         return tuple(out)
     if low in STOP or len(low) < 2:
         return ()

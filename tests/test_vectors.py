@@ -125,3 +125,29 @@ def test_units_are_lines_short_ones_joined_and_a_long_line_cut_at_a_sentence_end
     assert units("x" * 450) == ["x" * 200, "x" * 200, "x" * 50]  # no sentence end: at size
     long_lines = ["a" * 50, "b" * 60]
     assert units("\n".join(long_lines)) == long_lines  # lines of 40+ stand alone
+
+
+def test_cosines_stay_each_passages_best_unit_as_the_buffer_grows() -> None:
+    """Rows go into a buffer that grows by doubling, a passage's units side by side, and
+    passages resolve out of order (an older one waits while newer ones are ready): every
+    passage still gets its own best unit's cosine, listed in passage order."""
+    rng = np.random.default_rng(7)
+    index = RelevanceIndex()
+    for i in range(120):  # 1-5 lines each: ~360 units, past the first 256 rows
+        index.add(f"c{i}", "\n".join(f"passage {i} line {j} " + "x" * 40
+                                     for j in range(1 + i % 5)))
+    vectors = Vectors(index)
+    texts = vectors.new_texts()
+    cache = CacheFake()
+    want: dict[int, list[np.ndarray]] = {}
+    for n in [*range(60, 120), *range(0, 60)]:  # the newer half is embedded first
+        for u in units(texts[n]):
+            cache.finish(u, list(rng.standard_normal(8)))
+            want.setdefault(n, []).append(cache.done[key_of(u)])
+        vectors.resolve(cache.cached_key, limit=200)
+    assert vectors.pending == [] and vectors.count == sum(map(len, want.values())) > 256
+    q = rng.standard_normal(8).astype(np.float32)
+    got = vectors.cosines(q)
+    assert [n for n, _ in got] == list(range(120))
+    for n, c in got:
+        assert c == pytest.approx(max(float(v @ q) for v in want[n]), abs=1e-6)
