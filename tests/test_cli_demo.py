@@ -60,7 +60,7 @@ def test_demo_start_prints_turns_evictions_recall_and_the_inspector_url(
                              e["class"], str(e["tokens"])]
         assert words[6] == f"{e['score']:.4f}"
     recalled = [line for line in out if line.lstrip().startswith("+ recalled")]
-    assert any("Decision (ADR-012)" in line for line in recalled)  # the early fact came back
+    assert any("ADR-012: Refund rounding" in line for line in recalled)  # the early fact is back
     ev = [e for e in logged if e["action"] == "evict"]
     rc = [e for e in logged if e["action"] == "recall"]
     assert (f"session demo-t: {len(STEPS)} turns, {len(ev)} chunks evicted "
