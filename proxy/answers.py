@@ -7,8 +7,11 @@ positive …"); BM25 cannot tell them apart, and the talk outnumbers the fact. W
 them apart is what the question asks for: a number. So when a question asks how many,
 how much, or for a number, size, total, amount, price or cost, a passage where one of
 its matched words sits within two lines of a number that only this passage (or one
-other) holds has its score multiplied by `1 + BOOST`: the passage that states a value
-beside the question's words, not the one that repeats them.
+other) holds has its score and strength multiplied by `1 + BOOST` when recall chooses
+(`proxy/recall.py: select`): the passage that states a value beside the question's
+words, not the one that repeats them. The others keep their place: the bar they must
+clear ("within `min_relative` of the best") stays the best unboosted score, and RWOE's
+similarity term is BM25's alone.
 
 Rare, because a number every passage repeats (a year, "14 business days") is
 formatting, not an answer. Only for questions (`Step.asks`): other steps are not looking
@@ -18,8 +21,6 @@ for a value. Measured in docs/design-notes.md.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
-
 from store.relevance import Hit, RelevanceIndex
 from store.terms import WORD, terms
 
@@ -37,19 +38,12 @@ def asks_quantity(words: str) -> bool:
     return QUANTITY.search(words) is not None
 
 
-def prefer_stated(index: RelevanceIndex, hits: list[Hit], qterms: set[str]) -> list[Hit]:
-    """`hits` (best first) with the passages among the first `TOP` that state a rare
-    value near a query term boosted, best first again."""
-    out = list(hits)
-    changed = False
-    for k, h in enumerate(hits[:TOP]):
-        if h.strength < 1.0 and states_value(index, h.text, qterms):
-            out[k] = replace(h, score=h.score * (1 + BOOST),
-                             strength=min(1.0, h.strength * (1 + BOOST)))
-            changed = True
-    if changed:
-        out.sort(key=lambda h: (-h.score, h.chunk_id, h.piece))
-    return out
+def stated(index: RelevanceIndex, hits: list[Hit], qterms: set[str]
+           ) -> frozenset[tuple[str, int]]:
+    """The passages among the first `TOP` of `hits` (best first) that state a rare value
+    near one of `qterms`, as (chunk id, piece): recall's selection boosts them."""
+    return frozenset((h.chunk_id, h.piece) for h in hits[:TOP]
+                     if h.strength < 1.0 and states_value(index, h.text, qterms))
 
 
 def states_value(index: RelevanceIndex, text: str, qterms: set[str]) -> bool:

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from proxy.answers import asks_quantity, prefer_stated
+from proxy.answers import BOOST
 from proxy.chunking import Conversation
 from store.base import Event
 from store.related import RelatedWords
@@ -103,9 +103,10 @@ def window(line: str, qterms: set[str], chars: int) -> str:
             inside[spots[k][1]] -= 1
             if not inside[spots[k][1]]:
                 del inside[spots[k][1]]
-        start = max(0, start - chars // 8)
-        if start:
-            start = line.find(" ", start) + 1 or start
+        first = start
+        start = max(0, first - chars // 8)
+        if start:  # from a word's start, and not past the first match
+            start = line.find(" ", start, first) + 1 or first
     end = min(len(line), start + chars)
     if end < len(line) and line.rfind(" ", start, end) > start:
         end = line.rfind(" ", start, end)
@@ -229,8 +230,6 @@ def search(index: RelevanceIndex, step: Step, related: Related | None = None) ->
         extra = index.related_terms(related, own) if related else {}
         if own:
             hits = index.search({**own, **extra}, step.source, ideal=index.ideal(own))
-            if step.asks and asks_quantity(step.words):
-                hits = prefer_stated(index, hits, {*own, *extra})
     if step.ids_from:
         rare = index.rare_identifiers(step.ids_from, step.source)
         if rare:
@@ -280,14 +279,16 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
            query: str, min_relevance: float, min_relative: float, top_k: int,
            budget: int, count: Any, vectors: Sequence[tuple[Hit, float]] = (),
            min_similarity: float = 1.0, related: Related | None = None,
-           question_similarity: float | None = None) -> list[Recalled]:
+           question_similarity: float | None = None,
+           stated: frozenset[tuple[str, int]] = frozenset()) -> list[Recalled]:
     """The passages to recall: evicted, clear matches, best first within budget and top_k.
     A clear match is lexical (strength >= min_relevance, within min_relative of the best
     word match; a rare identifier has strength 1) or, where the vectors are ready, a
     cosine >= min_similarity; for a question (`question_similarity` set), its
     `QUESTION_VECTORS` nearest evicted passages with a cosine >= that. Rank: strength +
     cosine. `count(text) -> tokens`. A question's `related` words match too; the reason
-    names them as "large (~big)"."""
+    names them as "large (~big)". The `stated` passages (proxy/answers.py) count with
+    score and strength x (1 + BOOST), measured against the best unboosted score."""
     if budget <= 0 or not (hits or vectors):
         return []
     # "within min_relative of the best" among the candidates: an in-context message that
@@ -297,6 +298,9 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     cos = {(h.chunk_id, h.piece): c for h, c in vectors}
     cands: dict[tuple[str, int], tuple[float, Hit, str]] = {}
     for h in hits:
+        if (h.chunk_id, h.piece) in stated:
+            h = replace(h, score=h.score * (1 + BOOST),
+                        strength=min(1.0, h.strength * (1 + BOOST)))
         if h.strength < min_relevance or (h.strength < 1.0 and h.score < min_relative * top):
             continue
         c = cos.get((h.chunk_id, h.piece), 0.0)

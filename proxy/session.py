@@ -90,9 +90,8 @@ def _digest(*pieces: str) -> str:
 # A state's memory per character of text its session has shown us, measured on the
 # generated agent sessions (bench/agentgen.py, 80-270 k characters each): 16-35 bytes for
 # the lexical index's passages and postings, the messages' analysis and the previous
-# request kept to skip re-analysing it; plus each passage vector's 384 floats and list slot.
+# request kept to skip re-analysing it; plus the vectors' buffer as allocated.
 STATE_BYTES_PER_CHAR = 32
-VECTOR_BYTES = 1_700
 
 
 @dataclass(slots=True)
@@ -117,7 +116,7 @@ class SessionState:
     def footprint(self) -> int:
         """Estimated bytes this state holds (see STATE_BYTES_PER_CHAR)."""
         n = self.index.chars * STATE_BYTES_PER_CHAR
-        return n + (self.vectors.count * VECTOR_BYTES if self.vectors is not None else 0)
+        return n + (self.vectors.nbytes if self.vectors is not None else 0)
 
 
 class Sessions:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from proxy.answers import asks_quantity, prefer_stated
+from dataclasses import replace
+
+from proxy.answers import BOOST, asks_quantity, stated
 from store.relevance import RelevanceIndex
 
 # Research notes as an agent reads them: the survey is talked about again and again,
@@ -27,8 +29,10 @@ def ranked(question: str) -> list[str]:
         idx.add(f"c{i}", text)
     own = idx.query_terms(question)
     hits = idx.search(own)
-    if asks_quantity(question):
-        hits = prefer_stated(idx, hits, set(own))
+    if asks_quantity(question):  # as recall's selection counts them (proxy/recall.py)
+        keys = stated(idx, hits, set(own))
+        hits = sorted((replace(h, score=h.score * (1 + BOOST)) if (h.chunk_id, h.piece) in keys
+                       else h for h in hits), key=lambda h: -h.score)
     return [h.chunk_id for h in hits]
 
 
@@ -57,5 +61,4 @@ def test_a_value_every_passage_repeats_is_not_an_answer() -> None:
     for i, text in enumerate(TALK):
         idx.add(f"c{i}", text)
     own = idx.query_terms("How many people answered the survey in 2018?")
-    hits = idx.search(own)
-    assert prefer_stated(idx, hits, set(own)) == hits
+    assert stated(idx, idx.search(own), set(own)) == frozenset()
