@@ -21,6 +21,7 @@ for a value. Measured in docs/design-notes.md.
 from __future__ import annotations
 
 import re
+
 from store.relevance import Hit, RelevanceIndex
 from store.terms import WORD, terms
 
