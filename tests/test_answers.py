@@ -62,3 +62,25 @@ def test_a_value_every_passage_repeats_is_not_an_answer() -> None:
         idx.add(f"c{i}", text)
     own = idx.query_terms("How many people answered the survey in 2018?")
     assert stated(idx, idx.search(own), set(own)) == frozenset()
+
+
+def test_the_boost_reorders_recall_without_raising_the_bar_for_the_others() -> None:
+    """A stated passage ranks first, and one that clears `min_relative` of the best
+    unboosted score still comes back: the bar is not raised by the boost (when it was,
+    a paced question's passage found by its words and its vector fell under it)."""
+    from proxy.recall import ChunkMeta, select
+    from store.relevance import Hit
+
+    talk = Hit("talk", 0, "Survey respondents in Lyon were more positive.", 3.0, 0.20)
+    fact = Hit("fact", 0, "The survey was fielded among 6,098 adults.", 4.0, 0.25)
+    meta = {c: ChunkMeta(1, "tool", "TRANSIENT") for c in ("talk", "fact")}
+
+    def chosen(keys: frozenset[tuple[str, int]]) -> list[tuple[str, float]]:
+        got = select([fact, talk], {"talk", "fact"}, meta, query="How many took the survey?",
+                     min_relevance=0.10, min_relative=0.5, top_k=8, budget=1000,
+                     count=lambda t: len(t) // 4, stated=keys)
+        return [(r.hit.chunk_id, round(r.hit.strength, 6)) for r in got]
+
+    # 3.0 clears half the best unboosted score (4.0), not half the boosted one (12.0)
+    assert chosen(frozenset({("fact", 0)})) == [("fact", 0.25 * (1 + BOOST)), ("talk", 0.2)]
+    assert chosen(frozenset()) == [("fact", 0.25), ("talk", 0.2)]
