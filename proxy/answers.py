@@ -39,7 +39,7 @@ def asks_quantity(words: str) -> bool:
     return QUANTITY.search(words) is not None
 
 
-def stated(index: RelevanceIndex, hits: list[Hit], qterms: set[str]
+def stated_passages(index: RelevanceIndex, hits: list[Hit], qterms: set[str]
            ) -> frozenset[tuple[str, int]]:
     """The passages among the first `TOP` of `hits` (best first) that state a rare value
     near one of `qterms`, as (chunk id, piece): recall's selection boosts them."""

@@ -15,6 +15,7 @@ import asyncio
 import structlog
 
 from policies import PolicyContext
+from proxy.answers import asks_quantity, stated_passages
 from proxy.chunking import Conversation
 from proxy.fitting import Fit
 from proxy.recall import Block, Recalled, RecallResult, host_of, make_block, select
@@ -23,6 +24,7 @@ from proxy.runtime import RouteRuntime
 from proxy.session import SessionState
 from store.base import RecallQuery, Store
 from store.relevance import Hit
+from store.terms import terms
 
 log = structlog.get_logger("ctxwarden")
 
@@ -44,6 +46,10 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
     shown = set().union(*(b.keys for b in kept))
     count = rt.counter.text
     cap = settings.budget(room) - rt.block_overhead - result.tokens
+    stated: frozenset[tuple[str, int]] = frozenset()
+    if rel.step.asks and asks_quantity(rel.step.words):  # proxy/answers.py
+        words = set(terms(rel.step.words)).union(*(terms(w) for w in rel.related))
+        stated = stated_passages(state.index, rel.hits, words)
     chosen = select([h for h in rel.hits if (h.chunk_id, h.piece) not in shown],
                     recallable, state.meta, query=query,
                     min_relevance=(min(settings.min_relevance,
@@ -54,7 +60,7 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
                     vectors=[v for v in rel.vectors if (v[0].chunk_id, v[0].piece)
                              not in shown],
                     min_similarity=settings.min_similarity, related=rel.related,
-                    stated=rel.stated,
+                    stated=stated,
                     question_similarity=(settings.question_min_similarity
                                          if rel.step.asks else None))
     if not chosen:

@@ -20,13 +20,11 @@ from typing import Any
 
 import structlog
 
-from proxy.answers import asks_quantity, stated
 from proxy.chunking import Conversation
 from proxy.recall import ChunkMeta, Related, Step, current_step, related_of, search
 from store.quiet import QUIET
 from store.related import RelatedWords, related_words
 from store.relevance import Hit, RelevanceIndex
-from store.terms import terms
 from store.vectors import Vectors, units
 
 log = structlog.get_logger("ctxwarden")
@@ -46,8 +44,6 @@ class Relevance:
     query_vector: asyncio.Task[Any] | None = None
     vectors: list[tuple[Hit, float]] = field(default_factory=list)
     related: Related = field(default_factory=dict)  # a question's related words
-    # a question for a quantity: the passages stating one beside its words (answers.py)
-    stated: frozenset[tuple[str, int]] = frozenset()
 
 
 class Relater:
@@ -75,9 +71,6 @@ class Relater:
         related = related_of(step, self.related, related_similarity)
         hits = search(index, step, related)
         rel = Relevance(step, hits, index.chunk_scores(hits), related=related)
-        if step.asks and asks_quantity(step.words):
-            words = set(terms(step.words)).union(*(terms(w) for w in related))
-            rel.stated = stated(index, hits, words)
         if index.waiting:
             self._drain_later(index)
         if self.embedder is None or vectors is None:

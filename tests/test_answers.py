@@ -2,48 +2,59 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from proxy.answers import BOOST, asks_quantity, stated
-from store.relevance import RelevanceIndex
+from proxy.answers import BOOST, asks_quantity, stated_passages
+from proxy.recall import ChunkMeta, select
+from store.relevance import Hit, RelevanceIndex
 
 # Research notes as an agent reads them: the survey is talked about again and again,
 # its size is stated once; years and "14 percent" recur, so they are not an answer.
 TALK = [
     "Survey respondents in Lyon were more positive about urban cycling than the national "
-    "average. Survey methods differ by up to 14 percent depending on the panel.",
-    "A Pew Research survey found that urban cycling rose steadily between 2010 and 2018, "
+    "average. Survey methods differ by up to 14 percent depending on the 2018 panel.",
+    "A Pew Research survey found that urban cycling rose steadily since 2018, "
     "mostly in urban areas; the survey was repeated in 2018.",
     "Critics of the survey argue the figures overstate the trend because of how the "
     "survey samples; estimates differ by up to 14 percent.",
     "Survey respondents in Gdansk said the same; the 2018 survey wave was the largest.",
+    # the rest of a session: the question's other words occur, elsewhere
+    "The platform people reviewed the on-call handbook before the release.",
+    "Deploys took longer on Friday because of the change freeze.",
+    "Part of the cache was rebuilt overnight after the migration.",
 ]
+FACT = f"c{len(TALK)}"  # the passage stating the size, added last
 STATES = ("Policy support, not price, was the main driver.\n"
           "The survey was fielded online among 6,098 adults in fourteen countries.\n"
           "Adoption varies widely between regions.")
 
 
 def ranked(question: str) -> list[str]:
+    """What recall would bring back, best first, every passage evicted."""
     idx = RelevanceIndex()
     for i, text in enumerate([*TALK, STATES]):
         idx.add(f"c{i}", text)
     own = idx.query_terms(question)
     hits = idx.search(own)
-    if asks_quantity(question):  # as recall's selection counts them (proxy/recall.py)
-        keys = stated(idx, hits, set(own))
-        hits = sorted((replace(h, score=h.score * (1 + BOOST)) if (h.chunk_id, h.piece) in keys
-                       else h for h in hits), key=lambda h: -h.score)
-    return [h.chunk_id for h in hits]
+    keys = stated_passages(idx, hits, set(own)) if asks_quantity(question) else frozenset()
+    meta = {h.chunk_id: ChunkMeta(1, "tool", "TRANSIENT") for h in hits}
+    got = select(hits, set(meta), meta, query=question, min_relevance=0.0, min_relative=0.0,
+                 top_k=len(hits), budget=10_000, count=lambda t: len(t) // 4, stated=keys)
+    return [r.hit.chunk_id for r in got]
 
 
 def test_a_how_many_question_prefers_the_passage_stating_a_number() -> None:
     before = RelevanceIndex()
     for i, text in enumerate([*TALK, STATES]):
         before.add(f"c{i}", text)
-    plain = [h.chunk_id for h in before.search("How many people took part in that survey?")]
-    assert plain[0] != "c4"  # BM25 alone: the talk outnumbers the fact
-    assert ranked("How many people took part in that survey?")[0] == "c4"
-    assert ranked("How big was that survey?")[0] == "c4"
+    q = "How many people took part in that survey?"
+    hits = before.search(q)
+    talk = {f"c{i}" for i, t in enumerate(TALK) if "urvey" in t}
+    bm25 = [h.chunk_id for h in hits]
+    assert bm25.index(FACT) > min(map(bm25.index, talk))  # BM25 alone: the talk wins
+    assert stated_passages(before, hits, set(before.query_terms(q))) == {(FACT, 0)}
+    order = ranked(q)  # recall's choice: the fact ahead of all the talk
+    assert all(order.index(FACT) < order.index(c) for c in talk), order
+    order = ranked("Which people took part in that survey?")  # no quantity asked
+    assert order.index(FACT) > min(map(order.index, talk))
 
 
 def test_only_a_question_for_a_quantity_is_reranked() -> None:
@@ -52,7 +63,7 @@ def test_only_a_question_for_a_quantity_is_reranked() -> None:
         assert asks_quantity(q), q
     for q in ("Which survey was that?", "Who led the study?", "Where does it run?"):
         assert not asks_quantity(q), q
-    assert ranked("Which survey was that?")[0] != "c4"  # no reordering
+    assert ranked("Which survey was that?")[0] != FACT  # no reordering
 
 
 def test_a_value_every_passage_repeats_is_not_an_answer() -> None:
@@ -61,16 +72,13 @@ def test_a_value_every_passage_repeats_is_not_an_answer() -> None:
     for i, text in enumerate(TALK):
         idx.add(f"c{i}", text)
     own = idx.query_terms("How many people answered the survey in 2018?")
-    assert stated(idx, idx.search(own), set(own)) == frozenset()
+    assert stated_passages(idx, idx.search(own), set(own)) == frozenset()
 
 
 def test_the_boost_reorders_recall_without_raising_the_bar_for_the_others() -> None:
     """A stated passage ranks first, and one that clears `min_relative` of the best
     unboosted score still comes back: the bar is not raised by the boost (when it was,
     a paced question's passage found by its words and its vector fell under it)."""
-    from proxy.recall import ChunkMeta, select
-    from store.relevance import Hit
-
     talk = Hit("talk", 0, "Survey respondents in Lyon were more positive.", 3.0, 0.20)
     fact = Hit("fact", 0, "The survey was fielded among 6,098 adults.", 4.0, 0.25)
     meta = {c: ChunkMeta(1, "tool", "TRANSIENT") for c in ("talk", "fact")}
