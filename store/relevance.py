@@ -196,10 +196,13 @@ class RelevanceIndex:
         df = len(self._post.get(term, ()))
         return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
-    def query_terms(self, query: str) -> dict[str, float]:
-        """Unique query terms with their idf (terms the index never saw are dropped)."""
+    def query_terms(self, query: str, settle: bool = True) -> dict[str, float]:
+        """Unique query terms with their idf (terms the index never saw are dropped).
+        `settle=False` on a history that arrived whole: they count among the passages
+        indexed so far, none indexed for them (a turn's few new ones are, as always)."""
         ts = list(dict.fromkeys(terms(query)))
-        self._settle(ts)
+        if settle or len(self._waiting) <= self.eager:
+            self._settle(ts)
         return {t: self._idf(t) for t in ts if t in self._post}
 
     def rare_identifiers(self, text: str, exclude: frozenset[str] | set[str],

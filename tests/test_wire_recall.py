@@ -532,3 +532,26 @@ async def test_a_question_does_not_wait_while_the_sessions_passages_are_being_em
     await post(client, [*history, assistant("Done."), user(ask)])
     assert loop.time() - started < 0.5  # never the 1 s wait
     assert any(ask in batch for batch in embedder.calls)  # handed over for next time
+
+
+def test_a_reply_on_a_history_sent_whole_indexes_nothing_more_for_the_proposal() -> None:
+    """The proposal a reply answers has many common words; on a history that arrived whole
+    they would index most of it on this request (110-180 ms of a 1,000-message one).
+    They count among the passages indexed so far instead; a question still settles."""
+    from proxy.recall import Step, search
+    from store.relevance import RelevanceIndex
+
+    proposal = ("I will update the retry backoff in the payment worker and deploy the "
+                "notifier behind the feature flag. Shall I go ahead?")
+    filler = [f"log {i}: the payment worker deployed the notifier, retry {i} of the flag"
+              for i in range(200)]
+
+    def waiting_after(step: Step) -> int:
+        idx = RelevanceIndex(eager=8)
+        idx.add_many((f"c{i}", t) for i, t in enumerate(filler))
+        search(idx, step)
+        return idx.waiting
+
+    words = f"{proposal}\nYes, please go ahead."
+    assert waiting_after(Step(words, "", frozenset(), reply=True)) == len(filler)
+    assert waiting_after(Step(words, "", frozenset())) < len(filler) // 2
