@@ -8,10 +8,10 @@ from datetime import timedelta
 import structlog
 from aiohttp import web
 
-from proxy import admin, handlers
+from proxy import admin, handlers, passthrough
 from proxy.auth import require_key, setup_auth
 from proxy.config import Settings
-from proxy.errors import ProxyError, RouteNotFound
+from proxy.errors import MethodNotAllowed, ProxyError, RouteNotFound
 from proxy.keys import PIPELINE, SETTINGS, STORE, UPSTREAM
 from proxy.metrics import Metrics, TimedStore, count_requests, setup_metrics
 from proxy.pipeline import Pipeline
@@ -38,12 +38,11 @@ async def error_boundary(request: web.Request, handler: Handler) -> web.StreamRe
     except web.HTTPNotFound:
         return RouteNotFound(f"Unknown path: {request.method} {request.path}",
                              code="unknown_url").response({"X-Request-ID": request_id})
-    except web.HTTPMethodNotAllowed:
-        err = ProxyError(f"Method {request.method} is not allowed on {request.path}",
-                         code="method_not_allowed")
-        resp = err.response({"X-Request-ID": request_id})
-        resp.set_status(405)
-        return resp
+    except web.HTTPMethodNotAllowed as exc:
+        return MethodNotAllowed(
+            f"Method {request.method} is not allowed on {request.path}",
+            headers={"Allow": ", ".join(sorted(exc.allowed_methods))},
+        ).response({"X-Request-ID": request_id})
     except Exception:
         log.exception("internal_error", path=request.path)
         return ProxyError("The proxy failed while handling this request; see its log for "
@@ -113,4 +112,5 @@ def init_app(settings: Settings, store: Store | None = None,
     # /admin/evictions, /admin/sessions, and the inspector: /ui, /admin/turns, /admin/chunk,
     # /admin/store. Order matters: the inspector's drain runs before the store closes.
     admin.setup(app)
+    passthrough.setup(app)  # last: the rest of /v1 goes upstream unchanged
     return app

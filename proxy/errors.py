@@ -5,7 +5,8 @@ Hierarchy (each answers OpenAI's shape ``{"error": {"message", "type", "code"}}`
     ProxyError                      500 api_error / internal_error
     ├── InvalidRequest              400 invalid_request_error / <code>
     │   ├── ContextLengthExceeded   400 invalid_request_error / context_length_exceeded
-    │   └── RouteNotFound           404 invalid_request_error / model_not_found
+    │   ├── RouteNotFound           404 invalid_request_error / model_not_found | unknown_url
+    │   └── MethodNotAllowed        405 invalid_request_error / method_not_allowed
     ├── PayloadTooLarge             413 invalid_request_error / request_too_large
     ├── AuthenticationFailed        401 authentication_error / invalid_api_key
     ├── PermissionDenied            403 permission_error / forbidden
@@ -80,6 +81,11 @@ class ContextLengthExceeded(InvalidRequest):
 class RouteNotFound(InvalidRequest):
     status = 404
     default_code = "model_not_found"
+
+
+class MethodNotAllowed(InvalidRequest):
+    status = 405
+    default_code = "method_not_allowed"
 
 
 class PayloadTooLarge(ProxyError):

@@ -36,6 +36,10 @@ class Upstream:
         for route, target in resolve_routes(routes):
             self._targets[id(route)] = (route, target)
 
+    def http(self) -> aiohttp.ClientSession:
+        """The pooled session (proxy/passthrough.py sends the rest of the API through it)."""
+        return self._client()
+
     def _client(self) -> aiohttp.ClientSession:
         # Created on first use, inside the running loop (aiohttp binds a session to it).
         if self._session is None or (self._owns_session and self._session.closed):

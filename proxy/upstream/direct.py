@@ -51,7 +51,7 @@ def _payload(target: Target, body: dict[str, Any], stream: bool) -> bytes:
     return orjson.dumps(out)
 
 
-def _timeout(target: Target) -> aiohttp.ClientTimeout:
+def timeout_of(target: Target) -> aiohttp.ClientTimeout:
     # Per connect and per read, like the openai SDK: a long stream is fine, a silent one is not.
     return aiohttp.ClientTimeout(total=None, sock_connect=target.timeout,
                                  sock_read=target.timeout)
@@ -74,7 +74,7 @@ async def complete(session: aiohttp.ClientSession, target: Target,
     data = _payload(target, body, stream=False)
     try:
         async with session.post(target.url, data=data, headers=target.headers,
-                                proxy=target.proxy, timeout=_timeout(target)) as resp:
+                                proxy=target.proxy, timeout=timeout_of(target)) as resp:
             if resp.status >= 400:
                 raise await _error_status(target, resp)
             raw = await resp.read()
@@ -101,7 +101,7 @@ async def open_stream(session: aiohttp.ClientSession, target: Target,
     data = _payload(target, body, stream=True)
     try:
         resp = await session.post(target.url, data=data, headers=target.headers,
-                                  proxy=target.proxy, timeout=_timeout(target))
+                                  proxy=target.proxy, timeout=timeout_of(target))
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise _fail(target, exc) from None
     try:

@@ -74,6 +74,10 @@ class UpstreamServer(FakeServer):
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        # The rest of the API, as far as ctxwarden's passthrough needs a real other side
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_post("/v1/responses", self._responses)
+        app.router.add_get("/v1/files", self._files)
 
     async def wait_disconnects(self, n: int = 1, timeout: float = 2.0) -> bool:
         deadline = time.monotonic() + timeout
@@ -120,6 +124,55 @@ class UpstreamServer(FakeServer):
         except asyncio.CancelledError:
             self.disconnects += 1
             raise
+
+    async def _received(self, request: web.Request) -> dict[str, Any]:
+        """Record the request (its path with the query) and check its key."""
+        raw = await request.read()
+        body = orjson.loads(raw) if raw else {}
+        self.history.append(Received(body, CIMultiDict(request.headers), request.path_qs))
+        self._check_auth(request)
+        return body if isinstance(body, dict) else {}
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._received(request)
+            texts = body.get("input")
+            if texts is None:
+                raise Rejected(400, _err("'input' is a required property",
+                                         "invalid_request_error", None))
+        except Rejected as rej:
+            return web.Response(status=rej.status, body=rej.body, content_type="application/json")
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        data = [{"object": "embedding", "index": i,
+                 "embedding": [(hash(t) >> k) % 97 / 97 for k in range(0, 32, 4)]}
+                for i, t in enumerate(texts)]
+        n = sum(len(str(t).split()) for t in texts)
+        return web.Response(body=orjson.dumps({
+            "object": "list", "data": data, "model": body.get("model"),
+            "usage": {"prompt_tokens": n, "total_tokens": n}}), content_type="application/json")
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        """A Responses API stream: one event a word of the reply, named as OpenAI names them."""
+        try:
+            body = await self._received(request)
+        except Rejected as rej:
+            return web.Response(status=rej.status, body=rej.body, content_type="application/json")
+        text = self._queue.popleft().text or "" if self._queue else "ok"
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        await resp.prepare(request)
+        for i, word in enumerate(_split(str(text), None)):
+            event = {"type": "response.output_text.delta", "sequence_number": i, "delta": word,
+                     "model": body.get("model")}
+            await resp.write(b"event: response.output_text.delta\ndata: "
+                             + orjson.dumps(event) + b"\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def _files(self, request: web.Request) -> web.Response:
+        await self._received(request)
+        return web.Response(body=orjson.dumps({"object": "list", "data": [],
+                                               "has_more": False}),
+                            content_type="application/json")
 
     def _check_auth(self, request: web.Request) -> None:
         if self.api_key is None:
