@@ -24,12 +24,13 @@ is 1 (RWOE's similarity term).
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, pairwise
 
-from store.terms import PASSAGE_CHARS, Blob, identifiers, passages, terms
+from store.terms import PASSAGE_CHARS, WORD, Blob, identifiers, passages, terms
 
 K1, B = 1.2, 0.75
 IDEAL_TERMS = 8  # strength's yardstick: the query's most specific terms, not all of them
@@ -180,6 +181,11 @@ class RelevanceIndex:
         """Passage `n` as a Hit (for matches found another way: vectors)."""
         return Hit(self._owner[n], self._piece[n], self._text[n], score, strength)
 
+    def following(self, chunk_id: str, piece: int) -> str:
+        """The passage after `piece` in its chunk ("" after the last)."""
+        nums = self._chunks.get(chunk_id)
+        return self._text[nums[piece + 1]] if nums is not None and piece + 1 < len(nums) else ""
+
     def text(self, chunk_id: str) -> str:
         return "".join(self._text[n] for n in self._chunks.get(chunk_id, ()))
 
@@ -192,9 +198,44 @@ class RelevanceIndex:
         return len(self._post.get(term, ()))
 
     def _idf(self, term: str) -> float:
+        return self._idf_of(len(self._post.get(term, ())))
+
+    def _idf_of(self, df: int) -> float:
         n = len(self._owner)
-        df = len(self._post.get(term, ()))
         return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+    def phrases(self, text: str) -> dict[str, tuple[float, dict[int, int]]]:
+        """The pairs of adjacent words of `text` (a space apart: "Mateo Ramaswamy", "Hotel
+        Alfama", "Global Q3") that passages hold as such, each with its own idf and its
+        occurrences per passage: "pair" -> (idf, {passage: count}). Bag-of-words BM25
+        scores a roster that names Mateo Delacroix and Sanne Ramaswamy as high as the
+        record of Mateo Ramaswamy; a pair both hold is rare where its words are not.
+        Looked for only where both words' terms occur (their postings' intersection, as
+        settled by `query_terms`), by a case-blind match on the passage's text."""
+        words = list(WORD.finditer(text))
+        out: dict[str, tuple[float, dict[int, int]]] = {}
+        for m1, m2 in pairwise(words):
+            gap = text[m1.end():m2.start()]
+            if not gap or gap.strip(" "):
+                continue
+            a, b = m1.group(), m2.group()
+            ta, tb = terms(a), terms(b)
+            pa = self._post.get(ta[0]) if ta else None
+            pb = self._post.get(tb[0]) if tb else None
+            if not pa or not pb:
+                continue
+            small, big = (pa, pb) if len(pa) <= len(pb) else (pb, pa)
+            rx = re.compile(rf"(?<![A-Za-z0-9]){re.escape(a)} +{re.escape(b)}(?![A-Za-z0-9])",
+                            re.I)
+            post = {}
+            for n in small:
+                if n in big:
+                    k = len(rx.findall(self._text[n]))
+                    if k:
+                        post[n] = k
+            if post:
+                out[f"{a.lower()} {b.lower()}"] = (self._idf_of(len(post)), post)
+        return out
 
     def query_terms(self, query: str, settle: bool = True) -> dict[str, float]:
         """Unique query terms with their idf (terms the index never saw are dropped).
@@ -242,10 +283,12 @@ class RelevanceIndex:
 
     def search(self, query: str | dict[str, float],
                exclude: frozenset[str] | set[str] = frozenset(),
-               ideal: float | None = None) -> list[Hit]:
+               ideal: float | None = None,
+               phrases: dict[str, tuple[float, dict[int, int]]] | None = None) -> list[Hit]:
         """Every passage outside the `exclude`d chunks that shares a term with the query,
         best first. `ideal`: strength's yardstick, when the query's weights are not all
-        its own words' (related words count in the score, not in the yardstick)."""
+        its own words' (related words count in the score, not in the yardstick).
+        `phrases` (see `phrases`) count as terms of their own, outside the yardstick."""
         q = self.query_terms(query) if isinstance(query, str) else query
         if not q or not self._owner:
             return []
@@ -253,8 +296,9 @@ class RelevanceIndex:
         lens = self._len
         acc: dict[int, float] = {}
         get = acc.get
-        for t, w in q.items():
-            for n, tf in self._post[t].items():
+        for w, post in [*((w, self._post[t]) for t, w in q.items()),
+                        *(phrases or {}).values()]:
+            for n, tf in post.items():
                 norm = K1 * (1.0 - B + B * lens[n] / avg)
                 acc[n] = get(n, 0.0) + w * tf * (K1 + 1.0) / (tf + norm)
         if ideal is None:

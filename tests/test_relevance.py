@@ -213,3 +213,29 @@ def test_a_blob_finds_the_texts_that_can_hold_a_term_and_never_across_two() -> N
     assert blob.holders({"7741", "gateway"}) == {7, 9}
     assert blob.holders({"timedout"}) == set()  # the end of one text and the next
     assert blob.holders(set()) == set()
+
+
+# A roster and a candidate record: bag-of-words cannot tell "Mateo Ramaswamy" from a
+# roster naming Mateo Delacroix and Sanne Ramaswamy; the pair, adjacent, can.
+ROSTERS = [f"Interviewers this week: Mateo {a} (Berlin) and {b} Ramaswamy (remote), both "
+           f"free on {day}." for a, b, day in [("Delacroix", "Sanne", "Tuesday"),
+                                               ("Okafor", "Dara", "Monday"),
+                                               ("Szabo", "Ivo", "Friday")]]
+RECORD = ("Notes from the recruiter call, long and mostly about relocation and visas.\n"
+          "Candidate: Mateo Ramaswamy\nAvailable from: 2024-09-17\nNotice: 8 weeks")
+
+
+def test_a_questions_adjacent_words_count_as_a_phrase() -> None:
+    idx = index_with(ROSTERS[0], RECORD, *ROSTERS[1:], *NOISE)
+    q = "From what day is Mateo Ramaswamy free to join?"
+    own = idx.query_terms(q)
+    words_only = [h.chunk_id for h in idx.search(own)]
+    assert words_only.index("c0") < words_only.index("c1")  # the roster wins on words
+    pairs = idx.phrases(q)
+    assert set(pairs) == {"mateo ramaswamy"}  # "is Mateo", "free to": stop words
+    idf, post = pairs["mateo ramaswamy"]
+    assert post == {1: 1} and idf > max(own["mateo"], own["ramaswamy"])  # rarer than each
+    assert [h.chunk_id for h in idx.search(own, phrases=pairs)][0] == "c1"
+    # the pair must be adjacent, a space apart: a comma or another word between is not it
+    assert idx.phrases("Is Ramaswamy Mateo free? Mateo, Ramaswamy?") == {}
+    assert idx.phrases("Sanne Ramaswamy") == {"sanne ramaswamy": (idx._idf_of(1), {0: 1})}
