@@ -6,7 +6,7 @@ passage that only talks about the survey ("Survey respondents in Lyon were more
 positive …"); BM25 cannot tell them apart, and the talk outnumbers the fact. What tells
 them apart is what the question asks for: a number. So when a question asks how many,
 how much, or for a number, size, total, amount, price or cost, a passage where one of
-its matched words sits within two lines of a number that only this passage (or one
+its matched words sits within three lines of a number that only this passage (or one
 other) holds has its score and strength multiplied by `1 + BOOST` when recall chooses
 (`proxy/recall.py: select`): the passage that states a value beside the question's
 words, not the one that repeats them. The others keep their place: the bar they must
@@ -30,7 +30,7 @@ QUANTITY = re.compile(r"\bhow (?:many|much|large|big|long|often|old|far)\b|"
                       re.I)
 BOOST = 2.0  # the score of a passage stating a rare value beside the question's words
 TOP = 64  # the best matches looked at: the answer is among them or not found this way
-NEAR = 2  # lines between a matched word and the value
+NEAR = 3  # lines between a matched word and the value: a record's fields
 MIN_DIGITS = 3  # "6,098" holds "098"; "14" or "3" is a count any passage may repeat
 MAX_DF = 2  # in at most this many passages: the value is this passage's own
 

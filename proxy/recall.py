@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -58,10 +58,15 @@ class Recalled:
     why: str  # the log's reason: the terms it shares, or its cosine
 
 
+FIELDS_AFTER = 4  # lines after a matched line that hold its record's other fields
+
+
 def focus(text: str, qterms: set[str], max_tokens: int, count: Any) -> str:
-    """The lines of `text` that share the most terms with the query, as many as fit
-    `max_tokens`, in their original order (the head when no line matches); "" when not
-    even one line fits. A single line too long alone is cut and ends with " …"."""
+    """The lines of `text` that share the most terms with the query, then the lines just
+    after them (a record's other fields: "Name: Yuki Lindqvist" is followed by her email
+    and phone, which share no word with the question), as many as fit `max_tokens`, in
+    their original order (the head when no line matches); "" when not even one line
+    fits. A single line too long alone is cut and ends with " …"."""
     if max_tokens <= 8:
         return ""
     lines = [ln for ln in text.splitlines() if ln.strip()]
@@ -70,11 +75,13 @@ def focus(text: str, qterms: set[str], max_tokens: int, count: Any) -> str:
     scores = [len(qterms.intersection(terms(ln))) for ln in lines]
     order = sorted(range(len(lines)), key=lambda i: (-scores[i], i))
     if scores[order[0]] == 0:
-        order = list(range(len(lines)))
+        order = [0]  # the head line
+    else:  # then by distance after the nearest matched line above (the last one wins)
+        after = {i + d: d for i in range(len(lines)) if scores[i]
+                 for d in range(1, FIELDS_AFTER + 1) if i + d < len(lines) and not scores[i + d]}
+        order = [i for i in order if scores[i]] + sorted(after, key=lambda i: (after[i], i))
     keep: list[int] = []
     for i in order:
-        if scores[i] == 0 and keep:
-            break
         if count("\n".join(lines[j] for j in sorted([*keep, i]))) <= max_tokens:
             keep.append(i)
         elif not keep:  # the best line alone is too long: keep its part that matches
@@ -82,6 +89,27 @@ def focus(text: str, qterms: set[str], max_tokens: int, count: Any) -> str:
             chars = max(0, len(ln) * max_tokens // max(1, count(ln)) - 8)
             return window(ln, qterms, chars) if chars > 16 else ""
     return "\n".join(lines[j] for j in sorted(keep))
+
+
+CONTINUE_CHARS = 240  # of the next passage, after a match in a passage's last lines
+RECORD_LINE = 100
+
+
+def continued(text: str, nxt: str, qterms: set[str]) -> str:
+    """`text`, and when one of its last `FIELDS_AFTER` lines is a short line (a record's
+    field, a table row: `RECORD_LINE` characters at most) that matches the query and the
+    passage ends inside a block of lines (at a line's end, not at a blank line), the first
+    lines of the passage after it (`FIELDS_AFTER`, `CONTINUE_CHARS` at most):
+    passages are cut by length, so a record whose name ends one passage ("Invoice no:
+    INV-2023-22540") has its fields ("Total: 11,442.89") at the head of the next. Prose
+    and paragraphs end where they end."""
+    if not nxt or not text.endswith("\n") or text.endswith("\n\n") or nxt.startswith("\n"):
+        return text
+    tail = text.rstrip().splitlines()[-FIELDS_AFTER:]
+    if not any(len(ln) <= RECORD_LINE and qterms.intersection(terms(ln)) for ln in tail):
+        return text
+    head = "\n".join(nxt.lstrip("\n").splitlines()[:FIELDS_AFTER])[:CONTINUE_CHARS]
+    return text.rstrip("\n") + "\n" + head if head.strip() else text
 
 
 def window(line: str, qterms: set[str], chars: int) -> str:
@@ -232,8 +260,10 @@ def search(index: RelevanceIndex, step: Step, related: Related | None = None) ->
     if step.words:
         own = index.query_terms(step.words, settle=not step.reply)
         extra = index.related_terms(related, own) if related else {}
-        if own:
-            hits = index.search({**own, **extra}, step.source, ideal=index.ideal(own))
+        if own:  # a question's adjacent words also count as a phrase ("Hotel Alfama")
+            pairs = index.phrases(step.words) if step.asks else None
+            hits = index.search({**own, **extra}, step.source, ideal=index.ideal(own),
+                                phrases=pairs)
     if step.ids_from:
         rare = index.rare_identifiers(step.ids_from, step.source)
         if rare:
@@ -284,7 +314,8 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
            budget: int, count: Any, vectors: Sequence[tuple[Hit, float]] = (),
            min_similarity: float = 1.0, related: Related | None = None,
            question_similarity: float | None = None,
-           stated: frozenset[tuple[str, int]] = frozenset()) -> list[Recalled]:
+           stated: frozenset[tuple[str, int]] = frozenset(),
+           following: Callable[[str, int], str] | None = None) -> list[Recalled]:
     """The passages to recall: evicted, clear matches, best first within budget and top_k.
     A clear match is lexical (strength >= min_relevance, within min_relative of the best
     word match; a rare identifier has strength 1) or, where the vectors are ready, a
@@ -292,7 +323,9 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     `QUESTION_VECTORS` nearest evicted passages with a cosine >= that. Rank: strength +
     cosine. `count(text) -> tokens`. A question's `related` words match too; the reason
     names them as "large (~big)". The `stated` passages (proxy/answers.py) count with
-    score and strength x (1 + BOOST), measured against the best unboosted score."""
+    score and strength x (1 + BOOST), measured against the best unboosted score.
+    `following(chunk id, piece)`: the next passage's text, whose first lines a passage
+    matched in its last lines takes along (`continued`)."""
     if budget <= 0 or not (hits or vectors):
         return []
     # "within min_relative of the best" among the candidates: an in-context message that
@@ -330,12 +363,16 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     out: list[Recalled] = []
     used = 0
     seen: set[str] = set()
-    for _, h, why in sorted(cands.values(), key=lambda x: (-x[0], x[1].chunk_id, x[1].piece)):
+    # strength is capped at 1: among the passages that reach it, the higher score first
+    for _, h, why in sorted(cands.values(),
+                            key=lambda x: (-x[0], -x[1].score, x[1].chunk_id, x[1].piece)):
         if h.chunk_id not in evicted or h.text in seen or not h.text.strip():
             continue
         m = meta.get(h.chunk_id)
         if m is None:
             continue
+        if following is not None:
+            h = replace(h, text=continued(h.text, following(h.chunk_id, h.piece), qterms))
         tokens = count(h.text) + 16  # its header line in the block
         if used + tokens > budget:  # too big for what is left: keep the lines that match
             h = replace(h, text=focus(h.text, qterms, budget - used - 16, count))

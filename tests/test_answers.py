@@ -92,3 +92,17 @@ def test_the_boost_reorders_recall_without_raising_the_bar_for_the_others() -> N
     # 3.0 clears half the best unboosted score (4.0), not half the boosted one (12.0)
     assert chosen(frozenset({("fact", 0)})) == [("fact", 0.25 * (1 + BOOST)), ("talk", 0.2)]
     assert chosen(frozenset()) == [("fact", 0.25), ("talk", 0.2)]
+
+
+def test_a_value_three_lines_below_the_name_is_stated() -> None:
+    """A record's fields: the phone sits three lines below the name it belongs to."""
+    record = ("Name:      Yuki Lindqvist\nEmployer:  Northwind Logistics\n"
+              "Email:     mateo.szabo@proton.me\nPhone:     +49 791 2956018")
+    roster = "Interviewers: yuki.kowalczyk, hana.lindqvist; rooms 4F and 2F."
+    idx = RelevanceIndex()
+    idx.add("rec", record)
+    idx.add("roster", roster)
+    q = "What number do we have for Yuki Lindqvist?"
+    own = idx.query_terms(q)
+    assert asks_quantity(q)
+    assert stated_passages(idx, idx.search(own), set(own)) == {("rec", 0)}

@@ -1,0 +1,68 @@
+"""What recall brings back of a passage (proxy/recall.py): a record's fields with the line
+that matched, across the cut between two passages too, and the best-scoring of the
+passages whose strength is capped."""
+
+from __future__ import annotations
+
+from proxy.recall import ChunkMeta, continued, focus, select
+from store.relevance import Hit, RelevanceIndex
+from store.terms import terms
+
+COUNT = len  # a character a token: budgets below are in characters
+
+
+def q(text: str) -> set[str]:
+    return set(terms(text))
+
+
+# A key/value listing as a finance tool prints it, each record's name line first
+RECORDS = [(f"INV-2023-{22000 + 37 * i}", f"{1000 + 913 * i:,}.{i:02d}") for i in range(12)]
+LISTING = "\n\n".join(
+    f"Invoice no:   {n}\nVendor:       Tamsin Holdings\nPo number:    PO-{i:06d}\n"
+    f"Due date:     2025-04-{i + 10}\nTotal:        {t}\nCurrency:     EUR"
+    for i, (n, t) in enumerate(RECORDS))
+
+
+def test_a_record_cut_at_a_passages_end_brings_its_fields() -> None:
+    idx = RelevanceIndex()
+    idx.add("inv", LISTING)
+    texts = [idx.passage_text(n) for n in range(idx.passages_count)]
+    # passages are cut by length: some record's name ends one passage, its total the next
+    cut = [(k, n, t) for k, text in enumerate(texts) for n, t in RECORDS
+           if n in text and t not in text]
+    assert cut, texts
+    k, name, total = cut[0]
+    nxt = idx.following("inv", k)
+    assert nxt == texts[k + 1] and total in nxt
+    assert idx.following("inv", len(texts) - 1) == ""
+    got = continued(texts[k], nxt, q(f"How much is {name} for altogether?"))
+    assert got.startswith(texts[k].rstrip("\n")) and total in got
+    # a question its last lines do not match, a passage ending at a blank line, or prose
+    # (a long last line) takes nothing along
+    assert continued(texts[k], nxt, q("Which currency?")) == texts[k]
+    assert continued(texts[k] + "\n", nxt, q(name)) == texts[k] + "\n"
+    prose = "The survey " + "was fielded online among adults in fourteen countries " * 3 + "\n"
+    assert continued(prose, "and 1,562 answered.", q("the survey size")) == prose
+
+
+def test_a_passage_cut_to_the_budget_keeps_the_fields_after_the_match() -> None:
+    text = ("Summary: Strong systems design, a bit light on streaming.\n"
+            "Name: Yuki Lindqvist\nEmployer: Northwind Logistics\n"
+            "Phone: +49 791 2956018\nExpected salary: 70,192.40\nNotice: 9 weeks")
+    got = focus(text, q("What number do we have for Yuki Lindqvist?"), 90, COUNT)
+    assert got.startswith("Name: Yuki Lindqvist\nEmployer: Northwind Logistics\n"
+                          "Phone: +49 791 2956018")  # the fields after the name, in order
+    assert "Summary" not in got and len(got) <= 90
+    # no line matches: the head line, as before
+    assert focus(text, q("pension"), 90, COUNT) == text.splitlines()[0]
+
+
+def test_among_capped_strengths_the_higher_score_comes_first() -> None:
+    """Strength is capped at 1: a phrase or a quantity boost takes many passages there.
+    Between them the raw score decides, not the chunk id's hash."""
+    weak = Hit("0aaa", 0, "| Net expansion Global Q3 | 1,844.06 |", 15.0, 1.0)
+    strong = Hit("ffff", 0, "| Net expansion Global Q2 | 643,254.37 |", 19.7, 1.0)
+    meta = {c: ChunkMeta(1, "tool", "TRANSIENT") for c in ("0aaa", "ffff")}
+    got = select([weak, strong], {"0aaa", "ffff"}, meta, query="Net expansion Global Q2",
+                 min_relevance=0.1, min_relative=0.0, top_k=1, budget=1000, count=COUNT)
+    assert [r.hit.chunk_id for r in got] == ["ffff"]
