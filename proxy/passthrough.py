@@ -75,8 +75,10 @@ def _headers(request: web.Request, target: Target) -> dict[str, str]:
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
     tail = request.match_info["tail"]
-    if tail.strip("/") in OWN:
-        raise web.HTTPMethodNotAllowed(request.method, OWN[tail.strip("/")])
+    if tail in OWN:  # ours, on another method
+        raise web.HTTPMethodNotAllowed(request.method, OWN[tail])
+    if tail.strip("/") in OWN:  # ours, misspelt ("chat/completions/"): not the provider's
+        raise web.HTTPNotFound()
     started = time.perf_counter()
     raw = await request.read()
     upstream = request.app[UPSTREAM]

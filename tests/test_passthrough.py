@@ -117,7 +117,9 @@ async def test_own_paths_keep_their_methods(aiohttp_client: ClientFactory,
         "type": "invalid_request_error", "code": "method_not_allowed"}}
     assert resp.headers["Allow"] == "POST"
     assert (await client.delete("/v1/models")).status == 405
-    assert len(upstream.history) == before  # neither went upstream
+    slash = await client.post("/v1/chat/completions/", json={"model": "test-1"})
+    assert slash.status == 404 and (await slash.json())["error"]["code"] == "unknown_url"
+    assert len(upstream.history) == before  # none went upstream
 
 
 @pytest.mark.parametrize("path", ["/v1/embeddings", "/v1/files"])
