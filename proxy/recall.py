@@ -102,9 +102,19 @@ def continued(text: str, nxt: str, qterms: set[str]) -> str:
     lines of the passage after it (`FIELDS_AFTER`, `CONTINUE_CHARS` at most):
     passages are cut by length, so a record whose name ends one passage ("Invoice no:
     INV-2023-22540") has its fields ("Total: 11,442.89") at the head of the next. Prose
-    and paragraphs end where they end."""
-    if not nxt or not text.endswith("\n") or text.endswith("\n\n") or nxt.startswith("\n"):
+    and paragraphs end where they end. A passage cut inside one long line of JSON (a
+    minified answer) whose last `CONTINUE_CHARS` match takes the line on that far, cut
+    at a space or comma and marked " …" ("churn_q3_v7", …, "bytes_scanned": "172,…")."""
+    if not nxt or text.endswith("\n\n") or nxt.startswith("\n"):
         return text
+    if not text.endswith("\n"):  # cut inside one long line: minified JSON's records
+        if '":' not in text or not qterms.intersection(terms(text[-CONTINUE_CHARS:])):
+            return text
+        line = nxt.split("\n", 1)[0]
+        if len(line) <= CONTINUE_CHARS:
+            return text + line
+        cut = max(line.rfind(" ", 0, CONTINUE_CHARS), line.rfind(",", 0, CONTINUE_CHARS))
+        return text + line[:cut if cut > 0 else CONTINUE_CHARS].rstrip(" ,") + " …"
     tail = text.rstrip().splitlines()[-FIELDS_AFTER:]
     if not any(len(ln) <= RECORD_LINE and qterms.intersection(terms(ln)) for ln in tail):
         return text

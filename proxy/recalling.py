@@ -60,7 +60,8 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
                     vectors=[v for v in rel.vectors if (v[0].chunk_id, v[0].piece)
                              not in shown],
                     min_similarity=settings.min_similarity, related=rel.related,
-                    stated=stated, following=state.index.following,
+                    stated=stated,
+                    following=state.index.following if rel.step.asks else None,
                     question_similarity=(settings.question_min_similarity
                                          if rel.step.asks else None))
     if not chosen:

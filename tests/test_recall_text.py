@@ -4,6 +4,8 @@ passages whose strength is capped."""
 
 from __future__ import annotations
 
+import json
+
 from proxy.recall import ChunkMeta, continued, focus, select
 from store.relevance import Hit, RelevanceIndex
 from store.terms import terms
@@ -43,6 +45,26 @@ def test_a_record_cut_at_a_passages_end_brings_its_fields() -> None:
     assert continued(texts[k] + "\n", nxt, q(name)) == texts[k] + "\n"
     prose = "The survey " + "was fielded online among adults in fourteen countries " * 3 + "\n"
     assert continued(prose, "and 1,562 answered.", q("the survey size")) == prose
+
+
+def test_a_record_cut_inside_a_minified_json_line_brings_its_value() -> None:
+    rows = [{"query_tag": f"churn_q{i}_v7", "query_id": f"01b3526f-0000-d6f9-{i:04d}",
+             "user": "bilal.thibodeaux@lumenly.com", "warehouse": "REPORTING_WH_56",
+             "stats": {"bytes_scanned": f"{172 + i},169,411,782", "rows": 135762 + i}}
+            for i in range(12)]
+    idx = RelevanceIndex()
+    idx.add("q", json.dumps(rows))  # one line, cut by length at spaces and commas
+    texts = [idx.passage_text(n) for n in range(idx.passages_count)]
+    cut = [(k, r["query_tag"], r["stats"]["bytes_scanned"]) for k, t in enumerate(texts)
+           for r in rows if f'"{r["query_tag"]}"' in t and r["stats"]["bytes_scanned"] not in t]
+    assert cut, texts
+    k, tag, value = cut[0]
+    got = continued(texts[k], idx.following("q", k), q(f"What volume did {tag} read?"))
+    assert got.startswith(texts[k]) and value in got and got.endswith(" …")
+    assert len(got) <= len(texts[k]) + 240 + 2
+    # prose cut inside a long line takes nothing along: no JSON key in it
+    prose = "The survey was fielded online among adults in fourteen countries, " * 8
+    assert continued(prose[:400], prose[400:], q("survey countries")) == prose[:400]
 
 
 def test_a_passage_cut_to_the_budget_keeps_the_fields_after_the_match() -> None:
