@@ -5,6 +5,7 @@ passages whose strength is capped."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from proxy.recall import ChunkMeta, continued, focus, select
 from store.relevance import Hit, RelevanceIndex
@@ -48,10 +49,11 @@ def test_a_record_cut_at_a_passages_end_brings_its_fields() -> None:
 
 
 def test_a_record_cut_inside_a_minified_json_line_brings_its_value() -> None:
-    rows = [{"query_tag": f"churn_q{i}_v7", "query_id": f"01b3526f-0000-d6f9-{i:04d}",
-             "user": "bilal.thibodeaux@lumenly.com", "warehouse": "REPORTING_WH_56",
-             "stats": {"bytes_scanned": f"{172 + i},169,411,782", "rows": 135762 + i}}
-            for i in range(12)]
+    rows: list[dict[str, Any]] = [
+        {"query_tag": f"churn_q{i}_v7", "query_id": f"01b3526f-0000-d6f9-{i:04d}",
+         "user": "bilal.thibodeaux@lumenly.com", "warehouse": "REPORTING_WH_56",
+         "stats": {"bytes_scanned": f"{172 + i},169,411,782", "rows": 135762 + i}}
+        for i in range(12)]
     idx = RelevanceIndex()
     idx.add("q", json.dumps(rows))  # one line, cut by length at spaces and commas
     texts = [idx.passage_text(n) for n in range(idx.passages_count)]
