@@ -42,7 +42,8 @@ _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
         "accept-encoding", "content-encoding", "authorization", "x-session-id"}
 
 
-def route_for(settings: Settings, model: str | None, direct: set[str]) -> RouteSettings | None:
+def upstream_route(settings: Settings, model: str | None, direct: set[str]
+                   ) -> RouteSettings | None:
     """The route whose upstream takes a passed-through request (`direct`: route names)."""
     routes = [r for r in settings.routes if r.name in direct]
     if model is not None:
@@ -84,7 +85,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     upstream = request.app[UPSTREAM]
     settings = request.app[SETTINGS]
     direct = {r.name for r in settings.routes if upstream.target(r).transport == "direct"}
-    route = route_for(settings, _model_of(raw, request.content_type), direct)
+    route = upstream_route(settings, _model_of(raw, request.content_type), direct)
     if route is None:
         raise RouteNotFound(f"Unknown path: {request.method} {request.path} (ctxwarden passes "
                             "the rest of OpenAI's API to a route whose provider speaks OpenAI's "
@@ -115,6 +116,9 @@ async def _relay(request: web.Request, resp: aiohttp.ClientResponse) -> web.Stre
     try:
         async for data in resp.content.iter_any():
             await out.write(data)
+    except ConnectionResetError:  # the client left (aiohttp's is a ClientError too)
+        log.info("passthrough_client_disconnected", path=request.path)
+        return out  # releasing the upstream reply closes it
     except (aiohttp.ClientError, TimeoutError) as exc:
         # The status line is out: the client sees a cut body, and the log says why.
         log.warning("passthrough_broken", path=request.path, error=type(exc).__name__)

@@ -93,6 +93,19 @@ async def test_a_stream_is_relayed_byte_for_byte(aiohttp_client: ClientFactory,
     assert "".join(deltas) == "three little words"
 
 
+async def test_a_client_leaving_mid_stream_closes_the_upstream(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    client = await _client(aiohttp_client, _keyed(upstream))
+    upstream.enqueue(" ".join(["tok"] * 200), chunk_delay=0.02)
+    with capture_logs() as logs:
+        resp = await client.post("/v1/responses", json={"model": "gpt-4.1", "input": "hi",
+                                                        "stream": True})
+        await resp.content.readline()
+        resp.close()  # the client walks away mid-stream
+        assert await upstream.wait_disconnects(1, timeout=3.0)
+    assert not [e for e in logs if e["event"] == "internal_error"]
+
+
 async def test_caller_key_goes_upstream_in_passthrough_mode(
         aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
     client = await _client(aiohttp_client, _keyed(upstream, mode="passthrough"))

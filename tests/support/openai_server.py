@@ -157,14 +157,20 @@ class UpstreamServer(FakeServer):
             body = await self._received(request)
         except Rejected as rej:
             return web.Response(status=rej.status, body=rej.body, content_type="application/json")
-        text = self._queue.popleft().text or "" if self._queue else "ok"
+        reply = self._queue.popleft() if self._queue else Reply(text="ok")
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         await resp.prepare(request)
-        for i, word in enumerate(_split(str(text), None)):
-            event = {"type": "response.output_text.delta", "sequence_number": i, "delta": word,
-                     "model": body.get("model")}
-            await resp.write(b"event: response.output_text.delta\ndata: "
-                             + orjson.dumps(event) + b"\n\n")
+        try:
+            for i, word in enumerate(_split(reply.text or "", None)):
+                if reply.chunk_delay:
+                    await asyncio.sleep(reply.chunk_delay)
+                event = {"type": "response.output_text.delta", "sequence_number": i,
+                         "delta": word, "model": body.get("model")}
+                await resp.write(b"event: response.output_text.delta\ndata: "
+                                 + orjson.dumps(event) + b"\n\n")
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.disconnects += 1
+            raise
         await resp.write_eof()
         return resp
 
