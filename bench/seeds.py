@@ -27,6 +27,9 @@ from bench.replay import Meter
 from proxy.config import Settings
 
 SEEDS = (0, 1, 2, 3, 4)
+# bench/heldout.py's seeds 0-4 showed the misses that recall's phrases and record fields
+# were built for (docs/design-notes.md); the table reports draws nobody looked at then.
+HELD_OUT_SEEDS = (5, 6, 7, 8, 9)
 KINDS = ("tool", "user", "constraint")
 
 
@@ -64,7 +67,7 @@ def table(by: dict[str, list[Counter[str]]], seeds: tuple[int, ...]) -> str:
     return "\n".join(lines)
 
 
-async def held_out(seeds: tuple[int, ...] = SEEDS,
+async def held_out(seeds: tuple[int, ...] = HELD_OUT_SEEDS,
                    policies: tuple[str, ...] = agentloop.POLICIES
                    ) -> dict[str, list[Counter[str]]]:
     """The same replay on bench/heldout.py's sessions (six other domains, written apart
@@ -80,7 +83,8 @@ async def held_out(seeds: tuple[int, ...] = SEEDS,
 async def run(quick: bool = False) -> str:
     seeds = SEEDS[:2] if quick else SEEDS
     by = await spread(seeds)
-    held = await held_out(seeds)
+    held_seeds = HELD_OUT_SEEDS[:2] if quick else HELD_OUT_SEEDS
+    held = await held_out(held_seeds)
     return ("Back to back, in process, lexical path (no embedder), the agent-loop route: "
             f"seeds {', '.join(map(str, seeds))}, each 9 sessions and 54 facts (18 of each "
             "kind) as in the HTTP run above, whose seed is 0.\n\n" + table(by, seeds)
@@ -88,15 +92,18 @@ async def run(quick: bool = False) -> str:
             "from the proxy and from `bench/agentgen.py` (incident response, analytics, "
             "travel, contracts, finance, recruiting; 3 tool, 2 user and 1 constraint fact "
             "each; questions in plain words, naming the record but not the answer), six "
-            "sessions a seed. Nothing in the proxy was tuned on them.\n\n"
-            + table(held, seeds))
+            f"sessions a seed, seeds {', '.join(map(str, held_seeds))}. Its seeds 0-4 showed "
+            "the misses that recall's phrases and record fields were built for (2026-11-27); "
+            "these draws were not looked at then."
+            "\n\n" + table(held, held_seeds))
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
-    ap.add_argument("--held-out", action="store_true", help="bench/heldout.py's sessions")
+    ap.add_argument("--seeds", type=int, nargs="+")
+    ap.add_argument("--held-out", action="store_true",
+                    help="bench/heldout.py's sessions (default seeds 5-9)")
     a = ap.parse_args()
-    seeds = tuple(a.seeds)
+    seeds = tuple(a.seeds) if a.seeds else (HELD_OUT_SEEDS if a.held_out else SEEDS)
     print(table(asyncio.run((held_out if a.held_out else spread)(seeds)), seeds))
