@@ -21,7 +21,7 @@ import dataclasses
 from collections import Counter
 
 import proxy  # noqa: F401  (offline defaults)
-from bench import agentloop, heldout
+from bench import agentgen, agentloop, heldout
 from bench.recall_gate import measure
 from bench.replay import Meter
 from proxy.config import Settings
@@ -33,10 +33,10 @@ HELD_OUT_SEEDS = (5, 6, 7, 8, 9)
 KINDS = ("tool", "user", "constraint")
 
 
-def settings(policy: str) -> Settings:
+def settings(policy: str, window: int = agentloop.WINDOW) -> Settings:
     """The agent-loop bench's `loop` route (bench/agentloop.py `config`), in process."""
     return Settings(store={"path": ":memory:"}, routes=[{
-        "name": "loop", "model": "loop-*", "context_window": agentloop.WINDOW,
+        "name": "loop", "model": "loop-*", "context_window": window,
         "max_output_tokens": agentloop.MAX_OUT, "policy": policy,
         "upstream": {"model": "openai/mock-1", "api_base": "http://127.0.0.1:9/v1",
                      "api_key": "unused"}}])
@@ -80,6 +80,49 @@ async def held_out(seeds: tuple[int, ...] = HELD_OUT_SEEDS,
     return out
 
 
+# Other models' windows: the same two workloads at 4k, 16k and 32k tokens (histories
+# 3-10 windows long, as at 8k), on the same seeds: the ranking is not the 8k window's.
+WINDOWS = (4000, 16000, 32000)
+WINDOW_SEEDS, WINDOW_HELD_SEEDS = SEEDS, HELD_OUT_SEEDS
+
+
+async def windows(sizes: tuple[int, ...] = WINDOWS, seeds: tuple[int, ...] = WINDOW_SEEDS,
+                  held_seeds: tuple[int, ...] = WINDOW_HELD_SEEDS,
+                  policies: tuple[str, ...] = agentloop.POLICIES
+                  ) -> dict[tuple[int, str], dict[str, Counter[str]]]:
+    """(window, "generated" | "held out") -> policy -> counts summed over the seeds."""
+    out: dict[tuple[int, str], dict[str, Counter[str]]] = {}
+    for size in sizes:
+        meter = Meter()
+        loads = [("generated", agentgen.sessions(1, seed, size, 3.0, 10.0, tokens=meter.tokens))
+                 for seed in seeds]
+        loads += [("held out", heldout.sessions(seed, size)) for seed in held_seeds]
+        for name, sessions in loads:
+            w = agentloop.Workload(sessions, [], [], [], [])
+            by = out.setdefault((size, name), {p: Counter() for p in policies})
+            for p in policies:
+                by[p] += (await measure(w, settings(p, size)))["counts"]
+    return out
+
+
+def windows_table(by: dict[tuple[int, str], dict[str, Counter[str]]]) -> str:
+    policies = list(next(iter(by.values())))
+    lines = ["| window | workload | facts asked (tool / user / constraint) | "
+             + " | ".join(policies) + " |", "|---|---|---|" + "---|" * len(policies)]
+    for (size, name), counts in by.items():
+        first = counts[policies[0]]
+        asked = " / ".join(str(first[f"asked_{k}"]) for k in KINDS)
+        cells = []
+        for p in policies:
+            c = counts[p]
+            kept = sum(c[f"kept_{k}"] for k in KINDS)
+            total = max(1, sum(c[f"asked_{k}"] for k in KINDS))
+            kinds = " / ".join(str(c[f"kept_{k}"]) for k in KINDS)
+            cells.append(f"**{kept / total:.2f}** ({kinds})")
+        lines.append(f"| {size:,} | {name} | {asked} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 async def run(quick: bool = False) -> str:
     seeds = SEEDS[:2] if quick else SEEDS
     by = await spread(seeds)
@@ -95,7 +138,16 @@ async def run(quick: bool = False) -> str:
             f"sessions a seed, seeds {', '.join(map(str, held_seeds))}. Its seeds 0-4 showed "
             "the misses that recall's phrases and record fields were built for (2026-11-27); "
             "these draws were not looked at then."
-            "\n\n" + table(held, held_seeds))
+            "\n\n" + table(held, held_seeds) + ("" if quick else _windows_text(
+                await windows())))
+
+
+def _windows_text(by: dict[tuple[int, str], dict[str, Counter[str]]]) -> str:
+    return ("\n\nOther windows: both workloads at 4,000, 16,000 and 32,000 tokens (1,024 "
+            "reserved for the reply; histories 3-10 windows long), generated seeds "
+            f"{', '.join(map(str, WINDOW_SEEDS))} and held-out seeds "
+            f"{', '.join(map(str, WINDOW_HELD_SEEDS))}, every policy; facts kept (tool / user "
+            "/ constraint).\n\n" + windows_table(by))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,32 @@
+"""bench/seeds.py's window table: every workload is generated for the window it is
+measured at, and the table reports what was asked and kept."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from bench import agentgen, seeds
+
+
+def test_settings_take_the_window() -> None:
+    route = seeds.settings("mask", 16_000).routes[0]
+    assert (route.context_window, route.policy) == (16_000, "mask")
+
+
+async def test_windows_measure_each_size_on_sessions_made_for_it() -> None:
+    by = await seeds.windows(sizes=(4000,), seeds=(0,), held_seeds=(5,),
+                             policies=("rwoe", "truncate"))
+    assert list(by) == [(4000, "generated"), (4000, "held out")]
+    made = agentgen.sessions(1, 0, 4000, 3.0, 10.0)
+    asked = Counter(f.kind for s in made for f in s.facts)
+    generated = by[(4000, "generated")]
+    for policy in ("rwoe", "truncate"):
+        c = generated[policy]
+        assert {k: c[f"asked_{k}"] for k in seeds.KINDS} == {k: asked[k] for k in seeds.KINDS}
+        assert all(0 <= c[f"kept_{k}"] <= c[f"asked_{k}"] for k in seeds.KINDS)
+    table = seeds.windows_table(by)
+    rwoe = generated["rwoe"]
+    cell = " / ".join(str(rwoe[f"kept_{k}"]) for k in seeds.KINDS)
+    assert table.splitlines()[0].endswith("| rwoe | truncate |")
+    assert f"| 4,000 | generated | {asked['tool']} / {asked['user']} / " in table
+    assert f"({cell}) |" in table
