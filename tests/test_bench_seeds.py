@@ -4,8 +4,13 @@ measured at, and the table reports what was asked and kept."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
-from bench import agentgen, seeds
+import pytest
+
+from bench import agentgen, agentloop, recall_gate, seeds
+from bench.replay import Meter
+from proxy.config import Settings
 
 
 def test_settings_take_the_window() -> None:
@@ -13,10 +18,25 @@ def test_settings_take_the_window() -> None:
     assert (route.context_window, route.policy) == (16_000, "mask")
 
 
-async def test_windows_measure_each_size_on_sessions_made_for_it() -> None:
-    by = await seeds.windows(sizes=(4000,), seeds=(0,), held_seeds=(5,),
+async def test_windows_measure_each_size_on_sessions_made_for_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[int, int]] = []  # (the route's window, the longest history's tokens)
+    real = recall_gate.measure  # what bench/seeds.py imports as `measure`
+    tokens = Meter().tokens
+
+    async def measure(w: agentloop.Workload, st: Settings) -> dict[str, Any]:
+        seen.append((st.routes[0].context_window or 0,
+                     max(sum(tokens(m) for m in s.messages) for s in w.b2b)))
+        return await real(w, st)  # the real replay: this only records what it was given
+
+    monkeypatch.setattr(seeds, "measure", measure)
+    by = await seeds.windows(sizes=(4000, 16_000), seeds=(0,), held_seeds=(5,),
                              policies=("rwoe", "truncate"))
-    assert list(by) == [(4000, "generated"), (4000, "held out")]
+    assert list(by) == [(4000, "generated"), (4000, "held out"),
+                        (16_000, "generated"), (16_000, "held out")]
+    assert {size for size, _ in seen} == {4000, 16_000}
+    for size, longest in seen:  # histories several windows long, for this window
+        assert 3 * size <= longest <= 12 * size
     made = agentgen.sessions(1, 0, 4000, 3.0, 10.0)
     asked = Counter(f.kind for s in made for f in s.facts)
     generated = by[(4000, "generated")]
