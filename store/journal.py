@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 import structlog
 
-from store.quiet import QUIET
+from store.quiet import QUIET, WRITE_REST_S
 from store.wal import Loaded, WriteAheadLog
 
 log = structlog.get_logger("ctxwarden.store")
@@ -142,7 +142,7 @@ class Journal:
                 # commit blocked the event loop ~1.3 ms, and it came once per request.
                 await asyncio.sleep(REPLAY_LINGER_S)
                 continue
-            await QUIET.wait()
+            await QUIET.wait(WRITE_REST_S)
             seqs, rows = self._round()
             try:
                 await self._apply(rows)

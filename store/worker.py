@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 from lancedb.index import BTree
 
-from store.quiet import QUIET
+from store.quiet import QUIET, WRITE_REST_S
 
 log = structlog.get_logger("ctxwarden.store")
 
@@ -112,7 +112,7 @@ class EmbedWorker:
                 await self._wake.wait()
                 self._wake.clear()
                 continue
-            await QUIET.wait()
+            await QUIET.wait(WRITE_REST_S)
             batch = [self._pending[k] for k in list(self._pending)[: self._batch]]
             try:
                 await self._handle(batch)

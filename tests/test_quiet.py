@@ -38,3 +38,49 @@ async def test_a_steady_stream_of_requests_does_not_starve_it() -> None:
         await quiet.wait()
         assert 0.09 <= loop.time() - started < 1.0
         assert quiet.busy_count == 1
+
+
+async def test_writes_wait_for_a_rest_between_requests() -> None:
+    quiet = Quiet(max_wait_s=5.0)
+    loop = asyncio.get_running_loop()
+    with quiet.busy():
+        pass  # a request was prepared just now
+    started = loop.time()
+    await quiet.wait(rest=0.1)
+    assert 0.09 <= loop.time() - started < 1.0
+    started = loop.time()
+    await quiet.wait(rest=0.1)  # rested long enough already
+    assert loop.time() - started < 0.05
+
+
+async def test_a_request_within_the_rest_starts_it_again() -> None:
+    quiet = Quiet(max_wait_s=5.0)
+    loop = asyncio.get_running_loop()
+    with quiet.busy():
+        pass
+    started = loop.time()
+    task = asyncio.ensure_future(quiet.wait(rest=0.1))
+    await asyncio.sleep(0.06)
+    with quiet.busy():  # the next request, before the rest was over
+        await asyncio.sleep(0.02)
+    await task
+    assert loop.time() - started >= 0.17  # 0.08 in requests, then a whole rest after
+    assert quiet.busy_count == 0
+
+
+async def test_a_steady_stream_does_not_starve_a_write_waiting_for_rest() -> None:
+    quiet = Quiet(max_wait_s=0.1)
+    loop = asyncio.get_running_loop()
+
+    async def requests() -> None:
+        for _ in range(40):
+            with quiet.busy():
+                await asyncio.sleep(0.005)
+
+    stream = asyncio.ensure_future(requests())
+    await asyncio.sleep(0.001)
+    started = loop.time()
+    await quiet.wait(rest=0.05)
+    assert 0.09 <= loop.time() - started < 0.5
+    assert not stream.done()
+    await stream
