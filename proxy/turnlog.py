@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from store.base import Event, Store, Turn
+from store.quiet import QUIET, WRITE_REST_S
 
 if TYPE_CHECKING:
     from proxy.chunking import Conversation
@@ -96,6 +97,7 @@ class TurnLog:
         # every LanceDB commit costs CPU the requests on the same two cores need.
         await asyncio.sleep(LINGER_S)
         while self._queue or self._events:
+            await QUIET.wait(WRITE_REST_S)  # its log append shares the requests' cores
             batch, self._queue = self._queue, []
             events, self._events = self._events, []
             if events:
