@@ -27,11 +27,10 @@ from collections.abc import Iterator
 
 
 class Quiet:
-    def __init__(self, max_wait_s: float = 1.0) -> None:
+    def __init__(self, max_wait_s: float = 1.0, poll_s: float = 0.002) -> None:
         self.max_wait_s = max_wait_s
+        self.poll_s = poll_s  # how often a waiting job looks again
         self._busy = 0
-        self._idle: asyncio.Event | None = None  # made in the loop that first waits
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._since = time.monotonic()  # when the last preparation ended
 
     @property
@@ -46,34 +45,24 @@ class Quiet:
     def busy(self) -> Iterator[None]:
         """Around a request's preparation (its durable write included)."""
         self._busy += 1
-        if self._idle is not None:
-            self._idle.clear()
         try:
             yield
         finally:
             self._busy -= 1
             self._since = time.monotonic()
-            if not self._busy and self._idle is not None:
-                self._idle.set()
 
     async def wait(self, rest: float = 0.0) -> None:
         """Until no request is being prepared and none has been for `rest` seconds,
-        `max_wait_s` at most."""
+        `max_wait_s` at most. It looks every `poll_s` (no event to wake it: one gate
+        serves every event loop of the process, and an asyncio.Event is bound to one)."""
         if not self._busy and self.rested() >= rest:
             return
-        loop = asyncio.get_running_loop()
-        if self._idle is None or self._loop is not loop:  # tests run one loop per test
-            self._idle, self._loop = asyncio.Event(), loop
-        if not self._busy:
-            self._idle.set()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.max_wait_s):
-                while True:
-                    await self._idle.wait()
-                    left = rest - self.rested()
-                    if not self._busy and left <= 0:
-                        return
-                    await asyncio.sleep(max(left, 0.001))
+        deadline = time.monotonic() + self.max_wait_s
+        while True:
+            left = self.poll_s if self._busy else max(rest - self.rested(), self.poll_s)
+            await asyncio.sleep(min(left, max(deadline - time.monotonic(), 0.0)))
+            if (not self._busy and self.rested() >= rest) or time.monotonic() >= deadline:
+                return
 
 
 WRITE_REST_S = 0.02  # LanceDB writes wait for this long without a request

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 from store.quiet import Quiet
 
@@ -84,3 +86,34 @@ async def test_a_steady_stream_does_not_starve_a_write_waiting_for_rest() -> Non
     assert 0.09 <= loop.time() - started < 0.5
     assert not stream.done()
     await stream
+
+
+def test_one_gate_serves_event_loops_in_several_threads() -> None:
+    """The process has one gate; a bench or an embedding host may run more than one event
+    loop (an asyncio.Event bound to one of them failed the others' jobs)."""
+    quiet = Quiet(max_wait_s=2.0)
+    errors: list[BaseException] = []
+    done: list[float] = []
+
+    def job() -> None:
+        async def waits() -> None:
+            for _ in range(20):
+                await quiet.wait(rest=0.003)
+                await asyncio.sleep(0.001)
+        try:
+            asyncio.run(waits())
+            done.append(time.monotonic())
+        except BaseException as exc:  # noqa: B036 - reported below, with the others
+            errors.append(exc)
+
+    threads = [threading.Thread(target=job) for _ in range(3)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):  # requests prepared meanwhile, on and off
+        with quiet.busy():
+            time.sleep(0.004)
+        time.sleep(0.005)
+    for t in threads:
+        t.join(10)
+    assert errors == []
+    assert len(done) == 3
