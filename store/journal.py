@@ -38,6 +38,7 @@ Row = dict[str, Any]
 Rows = dict[str, list[Row]]  # by table name
 Apply = Callable[[Rows], Awaitable[None]]
 ROUND_ROWS = 2_000  # rows per replay round (one LanceDB commit per table per round)
+REST_BACKLOG = 256  # records waiting: past this the replay stops waiting for a pause
 
 
 @dataclass(slots=True)
@@ -142,7 +143,9 @@ class Journal:
                 # commit blocked the event loop ~1.3 ms, and it came once per request.
                 await asyncio.sleep(REPLAY_LINGER_S)
                 continue
-            await QUIET.wait(WRITE_REST_S)
+            # A pause between requests (store/quiet.py), unless the backlog says a stream
+            # of requests is outpacing the replay's once-a-second rounds.
+            await QUIET.wait(lambda: WRITE_REST_S if len(self._records) < REST_BACKLOG else 0.0)
             seqs, rows = self._round()
             try:
                 await self._apply(rows)

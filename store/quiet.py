@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 class Quiet:
@@ -51,19 +51,27 @@ class Quiet:
             self._busy -= 1
             self._since = time.monotonic()
 
-    async def wait(self, rest: float = 0.0) -> None:
+    async def wait(self, rest: float | Callable[[], float] = 0.0) -> None:
         """Until no request is being prepared and none has been for `rest` seconds,
-        `max_wait_s` at most. It looks every `poll_s` (no event to wake it: one gate
-        serves every event loop of the process, and an asyncio.Event is bound to one)."""
-        if not self._busy and self.rested() >= rest:
+        `max_wait_s` at most. `rest` may be a function, asked again each time the job
+        looks (a backlog that grows meanwhile may shorten it). It looks every `poll_s`
+        while a request is prepared (no event to wake it: one gate serves every event
+        loop of the process, and an asyncio.Event is bound to one)."""
+        def needed() -> float:
+            return rest() if callable(rest) else rest
+
+        if not self._busy and self.rested() >= needed():
             return
         deadline = time.monotonic() + self.max_wait_s
         while True:
-            left = self.poll_s if self._busy else max(rest - self.rested(), self.poll_s)
-            await asyncio.sleep(min(left, max(deadline - time.monotonic(), 0.0)))
-            if (not self._busy and self.rested() >= rest) or time.monotonic() >= deadline:
+            step = self.poll_s if self._busy else max(needed() - self.rested(), self.poll_s)
+            if callable(rest):
+                step = min(step, RECHECK_S)
+            await asyncio.sleep(min(step, max(deadline - time.monotonic(), 0.0)))
+            if (not self._busy and self.rested() >= needed()) or time.monotonic() >= deadline:
                 return
 
 
+RECHECK_S = 0.05  # how often a job waiting out a rest asks a `rest` function again
 WRITE_REST_S = 0.02  # LanceDB writes wait for this long without a request
 QUIET = Quiet()

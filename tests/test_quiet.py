@@ -117,3 +117,18 @@ def test_one_gate_serves_event_loops_in_several_threads() -> None:
         t.join(10)
     assert errors == []
     assert len(done) == 3
+
+
+async def test_a_rest_function_is_asked_again_while_waiting() -> None:
+    quiet = Quiet(max_wait_s=5.0)
+    loop = asyncio.get_running_loop()
+    needed = [30.0]
+    with quiet.busy():
+        pass
+    started = loop.time()
+    task = asyncio.ensure_future(quiet.wait(lambda: needed[0]))
+    await asyncio.sleep(0.1)
+    assert not task.done()
+    needed[0] = 0.0  # say, the backlog outgrew its limit
+    await task
+    assert loop.time() - started < 1.0

@@ -212,3 +212,32 @@ async def test_turn_summaries_have_their_own_table(tmp_path: Path, kind: str) ->
     await again.flush(30)
     assert await lance_rows(again, S.TURNS) == 3 and await again.turns("acme", "s1") == turns
     await again.close()
+
+
+async def test_the_replay_waits_for_a_pause_unless_the_backlog_grows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Back to back, LanceDB commits wait for a pause in requests (store/quiet.py); a
+    backlog past REST_BACKLOG records is replayed without one, so it cannot grow unbounded
+    under a steady stream."""
+    import store.journal
+    from store.quiet import QUIET
+    monkeypatch.setattr(store.journal, "WRITE_REST_S", 30.0)
+    monkeypatch.setattr(store.journal, "REST_BACKLOG", 3)
+    monkeypatch.setattr(QUIET, "max_wait_s", 30.0)
+    lance = LanceStore(tmp_path / "db", FakeEmbedder())
+    try:
+        with QUIET.busy():  # a request was just prepared: no pause for the next 30 s
+            pass
+        await lance.record([chunk("c0")], [event("c0")])
+        await lance.record([chunk("c1")], [event("c1")])
+        await asyncio.sleep(0.6)  # past the replay's linger
+        assert lance.journal.replayed == 0 and (await lance.stats())["wal_pending"] == 2
+        await lance.record([chunk("c2")], [event("c2")])  # the third: no more waiting
+        for _ in range(300):
+            if not lance.journal.backlog:
+                break
+            await asyncio.sleep(0.02)
+        assert lance.journal.backlog == 0 and await lance_rows(lance, S.CHUNKS) == 3
+    finally:
+        monkeypatch.setattr(QUIET, "max_wait_s", 1.0)
+        await lance.close()
