@@ -15,7 +15,8 @@ the event loop and its thread then competes for the interpreter lock, and begun 
 back-to-back requests on LanceDB: p50 / p95 3.8-3.9 / 10.0-11.6 ms → 3.2 / 8.8-9.2
 (the log append's return to the request, p95 1.9-4.4 → 0.4 ms); through `ctxwarden
 serve` 5.0-6.4 / 12.0-15.1 → 4.7-5.1 / 10.0-11.6. Under a steady stream they run once a
-second (`max_wait_s`), carrying that second's rows.
+second (`max_wait_s`), carrying that second's rows; the replay at once when more than
+`REST_BACKLOG` records wait (store/journal.py).
 """
 
 from __future__ import annotations
@@ -65,8 +66,7 @@ class Quiet:
         deadline = time.monotonic() + self.max_wait_s
         while True:
             step = self.poll_s if self._busy else max(needed() - self.rested(), self.poll_s)
-            if callable(rest):
-                step = min(step, RECHECK_S)
+            step = min(step, RECHECK_S)  # a `rest` function is asked again at least this often
             await asyncio.sleep(min(step, max(deadline - time.monotonic(), 0.0)))
             if (not self._busy and self.rested() >= needed()) or time.monotonic() >= deadline:
                 return

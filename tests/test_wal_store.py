@@ -239,5 +239,4 @@ async def test_the_replay_waits_for_a_pause_unless_the_backlog_grows(
             await asyncio.sleep(0.02)
         assert lance.journal.backlog == 0 and await lance_rows(lance, S.CHUNKS) == 3
     finally:
-        monkeypatch.setattr(QUIET, "max_wait_s", 1.0)
         await lance.close()
