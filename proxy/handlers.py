@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
@@ -87,6 +88,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         await resp.write_eof()
     except ConnectionResetError:  # the client left: closing the stream cancels upstream
         outcome = "client_disconnected"
+    except asyncio.CancelledError:  # the same, as `handler_cancellation` delivers it
+        outcome = "client_disconnected"
+        raise
     finally:
         await stream.aclose()  # type: ignore[attr-defined]
         log.info("request", status=200, outcome=outcome, latency_ms=_ms(started), **fields)

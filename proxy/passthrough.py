@@ -18,6 +18,7 @@ the path. `/v1/chat/completions` and `/v1/models` are ctxwarden's own, on any me
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import aiohttp
@@ -119,6 +120,9 @@ async def _relay(request: web.Request, resp: aiohttp.ClientResponse) -> web.Stre
     except ConnectionResetError:  # the client left (aiohttp's is a ClientError too)
         log.info("passthrough_client_disconnected", path=request.path)
         return out  # releasing the upstream reply closes it
+    except asyncio.CancelledError:  # the same, as `handler_cancellation` delivers it
+        log.info("passthrough_client_disconnected", path=request.path)
+        raise
     except (aiohttp.ClientError, TimeoutError) as exc:
         # The status line is out: the client sees a cut body, and the log says why.
         log.warning("passthrough_broken", path=request.path, error=type(exc).__name__)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -189,9 +190,16 @@ async def test_client_disconnect_cancels_upstream(make_client: Any,
     upstream.enqueue(" ".join(["tok"] * 200), chunk_delay=0.02)
     resp = await client.post("/v1/chat/completions", json={
         "model": "test-1", "stream": True, "messages": [{"role": "user", "content": "x"}]})
-    await resp.content.readline()
-    resp.close()  # the client walks away mid-stream
-    assert await upstream.wait_disconnects(1, timeout=3.0)
+    with capture_logs() as logs:
+        await resp.content.readline()
+        resp.close()  # the client walks away mid-stream
+        assert await upstream.wait_disconnects(1, timeout=3.0)
+        for _ in range(150):  # the handler's log line comes as it unwinds
+            if any(e["event"] == "request" for e in logs):
+                break
+            await asyncio.sleep(0.02)
+    lines = [e for e in logs if e["event"] == "request"]
+    assert [e["outcome"] for e in lines] == ["client_disconnected"]  # not "complete"
 
 
 async def test_one_log_line_per_request_without_message_text(make_client: Any) -> None:
