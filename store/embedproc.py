@@ -92,6 +92,15 @@ def child_main(conn: Connection, model: str, batch_size: int) -> None:
     with contextlib.suppress(OSError):
         os.nice(19)
     try:
+        # tqdm (every `encode` builds a disabled bar) would make a process-shared lock:
+        # a semaphore that this child, killed rather than asked to stop, never unlinks,
+        # so the parent's interpreter warned of a "leaked semaphore" at its exit
+        from tqdm.std import TqdmDefaultWriteLock
+
+        TqdmDefaultWriteLock.mp_lock = None
+    except ImportError:
+        pass
+    try:
         import torch
         from sentence_transformers import SentenceTransformer
 

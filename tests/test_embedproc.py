@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -212,3 +214,23 @@ class _Stalled:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+def test_closing_leaves_no_semaphore_behind(tmp_path: Path) -> None:
+    """The child is killed, not asked to stop; nothing it made may outlive it. tqdm's
+    process-shared lock (built by `encode`) did: Python warned of a leaked semaphore at
+    every exit of a process that had embedded (the end of `make bench`)."""
+    code = ("import asyncio\n"
+            "from store.embed import SentenceTransformerEmbedder\n"
+            "async def main():\n"
+            "    emb = SentenceTransformerEmbedder()\n"
+            "    vecs = await emb.embed(['a passage'])\n"
+            "    assert len(vecs) == 1\n"
+            "    emb.close()\n"
+            "asyncio.run(main())\n")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "leaked semaphore" not in done.stderr
