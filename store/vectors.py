@@ -90,21 +90,22 @@ class Vectors:
         return texts
 
     def resolve(self, cached_key: Any, limit: int = 128) -> int:
-        """Pick up passages whose units the embedder has all finished (oldest first, at
-        most `limit` looked up per call); returns how many resolved. A passage's units are
-        split and hashed when it is first looked up and kept: an embedder that lags leaves
-        the same passages pending turn after turn, and a cold history's thousands wait
+        """Pick up passages whose units the embedder has all finished (at most `limit`
+        looked up per call); returns how many resolved. The ones looked up and still not
+        ready go behind the others, so the next call looks at the next ones: a passage
+        that never gets a vector (dropped by the feeder past its bound, or in a batch
+        that failed) cannot hide the ones behind it. A passage's units are split and
+        hashed when it is first looked up and kept: an embedder that lags leaves the
+        same passages pending turn after turn, and a cold history's thousands wait
         their turn unsplit."""
         if not self.pending:
             return 0
         if len(self.pending) > PENDING_MAX:  # the embedder dropped them long ago
             del self.pending[:-PENDING_MAX]
+        looked, rest = self.pending[:limit], self.pending[limit:]
         still: list[tuple[int, tuple[bytes, ...] | None]] = []
         got = 0
-        for k, (n, keys) in enumerate(self.pending):
-            if k >= limit:
-                still += self.pending[k:]
-                break
+        for n, keys in looked:
             if keys is None:
                 keys = tuple(key_of(u) for u in units(self.index.passage_text(n)))
             vs = [cached_key(key) for key in keys]
@@ -113,7 +114,7 @@ class Vectors:
             else:
                 self._append(n, vs)
                 got += 1
-        self.pending = still
+        self.pending = rest + still
         if got:
             self._groups = None
         return got

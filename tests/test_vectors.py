@@ -71,8 +71,10 @@ def test_a_passage_is_hashed_once_and_only_when_its_turn_to_be_looked_up_comes(
     assert hashed == []  # nothing hashed on the request that brought them
     cache = CacheFake()
     vectors.resolve(cache.cached_key, limit=128)
-    vectors.resolve(cache.cached_key, limit=128)  # the same 128 again: no new hashing
-    assert len(hashed) == 128 and len(set(hashed)) == 128
+    assert len(hashed) == 128
+    for _ in range(4):  # the next 128, the last 44, then the first ones again
+        vectors.resolve(cache.cached_key, limit=128)
+    assert len(hashed) == 300 and len(set(hashed)) == 300  # each once, never again
 
 
 def test_resolve_looks_up_at_most_limit_passages_a_turn() -> None:
@@ -84,7 +86,25 @@ def test_resolve_looks_up_at_most_limit_passages_a_turn() -> None:
     cache = CacheFake()
     assert vectors.resolve(cache.cached_key, limit=2) == 0
     assert len(cache.history) == 2
-    assert [n for n, _ in vectors.pending] == [0, 1, 2, 3, 4]  # order kept
+    # the two looked up go behind the rest: the next turn looks at the next two
+    assert [n for n, _ in vectors.pending] == [2, 3, 4, 0, 1]
+
+
+def test_passages_that_never_resolve_do_not_hide_the_ones_behind_them() -> None:
+    """The feeder drops the oldest passages past its bound (and a failed batch is given
+    up): those never get a vector. Looking only at the oldest `limit` each turn, they
+    stood in front of every passage behind them for good, embedded or not."""
+    index = RelevanceIndex()
+    for i in range(300):
+        index.add(f"c{i}", f"passage {i} of a long history, id-{i:04d}")
+    vectors = Vectors(index)
+    texts = vectors.new_texts()
+    cache = CacheFake()
+    for t in texts[128:]:  # the first 128 were dropped; the rest were embedded
+        cache.finish(t, [1.0, 0.0])
+    got = sum(vectors.resolve(cache.cached_key, limit=128) for _ in range(3))
+    assert got == 172
+    assert sorted(n for n, _ in vectors.pending) == list(range(128))
 
 
 def test_a_passage_is_embedded_as_its_lines_and_scores_as_its_best_line() -> None:
