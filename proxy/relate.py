@@ -75,8 +75,11 @@ class Relater:
             self._drain_later(index)
         if self.embedder is None or vectors is None:
             return rel
-        self._submit(vectors.new_texts())
         vectors.resolve(self.embedder.cached_key)
+        # with the feeder idle, what was handed over is embedded or given up: a passage
+        # still missing was lost on the way, and is handed over once more
+        lost = vectors.lost() if vectors.missed and self.backlog == 0 else []
+        self._submit(vectors.new_texts() + lost)
         if step.words:
             qv = self.embedder.cached(step.words)
             if step.asks and len(vectors.pending) <= CAUGHT_UP:  # the passages have vectors

@@ -70,6 +70,8 @@ class Vectors:
         self._seen = 0  # passages handed to `pending` so far
         # (passage, its units' keys once split and hashed)
         self.pending: list[tuple[int, tuple[bytes, ...] | None]] = []
+        self.missed: list[int] = []  # passages the last `resolve` looked up, not ready
+        self._again: set[int] = set()  # passages handed over a second time (`lost`)
 
     @property
     def count(self) -> int:
@@ -115,9 +117,20 @@ class Vectors:
                 self._append(n, vs)
                 got += 1
         self.pending = rest + still
+        self.missed = [n for n, _ in still]
         if got:
             self._groups = None
         return got
+
+    def lost(self) -> list[str]:
+        """The texts of the passages the last `resolve` missed, each at most once in its
+        life: for a caller that knows everything it handed over was embedded (its feeder
+        is idle), so these never will be unless handed over again: dropped past the
+        feeder's bound, in a batch that failed, or pushed out of the embedder's cache
+        (an LRU) by other sessions' passages before this session looked them up."""
+        again = [n for n in self.missed if n not in self._again]
+        self._again.update(again)
+        return [self.index.passage_text(n) for n in again]
 
     def _append(self, passage: int, rows: list[Any]) -> None:
         import numpy as np

@@ -171,3 +171,22 @@ def test_cosines_stay_each_passages_best_unit_as_the_buffer_grows() -> None:
     assert [n for n, _ in got] == list(range(120))
     for n, c in got:
         assert c == pytest.approx(max(float(v @ q) for v in want[n]), abs=1e-6)
+
+
+def test_a_lost_passage_is_handed_over_again_once() -> None:
+    """`lost`: what the last resolve missed, for a feeder that is idle (so it will never
+    come); each passage once, so an embedder that fails the same batch is not fed it
+    forever."""
+    index = RelevanceIndex()
+    for i in range(3):
+        index.add(f"c{i}", f"passage {i} about release v2.{i}")
+    vectors = Vectors(index)
+    texts = vectors.new_texts()
+    cache = CacheFake()
+    cache.finish(texts[1], [1.0, 0.0])
+    assert vectors.resolve(cache.cached_key) == 1
+    assert vectors.lost() == [texts[0], texts[2]]
+    assert vectors.resolve(cache.cached_key) == 0
+    assert vectors.lost() == []  # missed again, but handed over once already
+    cache.finish(texts[2], [0.0, 1.0])
+    assert vectors.resolve(cache.cached_key) == 1 and vectors.missed == [0]

@@ -422,6 +422,39 @@ async def test_vectors_refine_where_ready_a_paraphrase_with_no_shared_word(
     assert any(ask in batch for batch in embedder.calls)  # asked for on the request
 
 
+async def test_vectors_pushed_out_of_the_embedders_cache_are_handed_over_again(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """The embedder's cache is an LRU shared by every session. A memo embedded, then
+    pushed out by another session's passages before its own session's next turn looked
+    it up, never got a vector: it stayed pending for good and a paraphrase missed it."""
+    from proxy.keys import PIPELINE
+    from tests.support.fakes import TopicEmbedder
+
+    embedder = TopicEmbedder({"money": ["spending", "ceiling", "eur", "money", "afford"]},
+                             cache_size=64)  # a turn's lines, not a whole session's
+    app = init_app(settings(upstream, recall={"min_similarity": 0.5, "vector_wait_ms": 500},
+                            safety_margin=0.05), store=EmbeddingStore(embedder))
+    client = await aiohttp_client(app)
+    relater = app[PIPELINE].relater
+    fact = "\n".join(["Procurement memo.", "Spending ceiling approved: 4,140 EUR.",
+                      *[f"Line item {i}: reviewed." for i in range(40)]])
+    history = agent_session(16)
+    history[5] = {**history[5], "content": fact}
+    await post(client, history[:6])
+    await relater.flush()  # the memo is embedded, and in the cache
+    await post(client, agent_session(16), sid="s-2")  # another session, 16 outputs
+    await relater.flush()  # ... whose lines push the memo's out
+    for end in range(8, len(history) + 1, 2):
+        await post(client, history[:end])
+        await relater.flush()
+    assert "4,140" not in json.dumps(upstream.history[-1].body["messages"])
+    resp = await post(client, [*history, assistant("Done."), user("How much money can we afford?")])
+    sent = upstream.history[-1].body["messages"][-1]["content"]
+    assert resp.headers["X-Ctxwarden-Recalled"] != "0" and "4,140 EUR" in sent
+    memo = [batch for batch in embedder.calls if any("4,140 EUR" in t for t in batch)]
+    assert len(memo) == 2  # embedded, pushed out, handed over once more
+
+
 async def test_without_ready_vectors_nothing_waits_and_lexical_still_works(
         aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
     """An embedder that never answers: requests go on, the words still find the fact."""

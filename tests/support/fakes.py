@@ -49,8 +49,8 @@ class TopicEmbedder(CachedEmbedder):
     def answers_now(self) -> bool:
         return True  # it computes at once
 
-    def __init__(self, topics: Mapping[str, Sequence[str]]) -> None:
-        super().__init__()
+    def __init__(self, topics: Mapping[str, Sequence[str]], cache_size: int = 20_000) -> None:
+        super().__init__(cache_size)
         self.topics = [set(words) for words in topics.values()]
         self.calls: list[list[str]] = []
 
