@@ -7,7 +7,10 @@ request waits for that at most `recall.vector_wait_ms`; a passage whose vector i
 the embedder's cache yet has no cosine this turn. A question waits for its own vector up
 to `recall.question_vector_wait_ms`, and only when the session's passages are embedded
 (at most `CAUGHT_UP` passages pending: a paced loop) and the embedder answers now; back to
-back the embedder lags and no question waits. Nothing else blocks on a model.
+back the embedder lags and no question waits. Nothing else blocks on a model. A passage
+lost on the way (dropped past the feeder's bound, in a failed batch, or pushed out of the
+embedder's cache before its session looked it up) is handed over once more when the
+feeder is idle.
 """
 
 from __future__ import annotations
