@@ -78,7 +78,7 @@ class Relater:
             self._drain_later(index)
         if self.embedder is None or vectors is None:
             return rel
-        vectors.resolve(self.embedder.cached_key)
+        vectors.resolve(self.embedder.cached_key, version=self.embedder.computed)
         # with the feeder idle, what was handed over is embedded or given up: a passage
         # still missing was lost on the way, and is handed over once more
         lost = vectors.lost() if vectors.missed and self.backlog == 0 else []

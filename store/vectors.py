@@ -18,6 +18,7 @@ from store.embed import key_of
 from store.relevance import RelevanceIndex
 
 PENDING_MAX = 8192
+SPLIT_MAX = 32  # passages split and hashed per `resolve`, at most
 UNIT_CHARS = 200
 UNIT_MIN = 40  # shorter lines (a JSON field, a blank-ish log line) join the next ones
 _SENTENCE_END = re.compile(r"[.!?;] ")
@@ -72,6 +73,8 @@ class Vectors:
         self.pending: list[tuple[int, tuple[bytes, ...] | None]] = []
         self.missed: list[int] = []  # passages the last `resolve` looked up, not ready
         self._again: set[int] = set()  # passages handed over a second time (`lost`)
+        self._version: int | None = None  # the embedder's count at the last `resolve`
+        self._looked = 0  # passages looked up since that count last changed
 
     @property
     def count(self) -> int:
@@ -91,32 +94,47 @@ class Vectors:
         self._seen = n
         return texts
 
-    def resolve(self, cached_key: Any, limit: int = 128) -> int:
+    def resolve(self, cached_key: Any, limit: int = 128, split: int = SPLIT_MAX,
+                version: int | None = None) -> int:
         """Pick up passages whose units the embedder has all finished (at most `limit`
         looked up per call); returns how many resolved. The ones looked up and still not
         ready go behind the others, so the next call looks at the next ones: a passage
         that never gets a vector (dropped by the feeder past its bound, or in a batch
         that failed) cannot hide the ones behind it. A passage's units are split and
-        hashed when it is first looked up and kept: an embedder that lags leaves the
-        same passages pending turn after turn, and a cold history's thousands wait
-        their turn unsplit."""
+        hashed when it is first looked up, at most `split` a call (~4 µs each), and
+        kept: an embedder that lags leaves the same passages pending turn after turn,
+        and a cold history's thousands wait their turn unsplit. `version`: how many
+        vectors the embedder has made so far; while it stays the same and every pending
+        passage was looked up since it last changed, nothing can resolve and nothing is
+        looked up (back to back, most turns)."""
+        self.missed = []
         if not self.pending:
+            return 0
+        if version is None or version != self._version:
+            self._version, self._looked = version, 0
+        elif self._looked >= len(self.pending):
             return 0
         if len(self.pending) > PENDING_MAX:  # the embedder dropped them long ago
             del self.pending[:-PENDING_MAX]
-        looked, rest = self.pending[:limit], self.pending[limit:]
         still: list[tuple[int, tuple[bytes, ...] | None]] = []
-        got = 0
-        for n, keys in looked:
+        got = looked = 0
+        for n, keys in self.pending:
+            if looked >= limit:
+                break
             if keys is None:
+                if split <= 0:
+                    break
+                split -= 1
                 keys = tuple(key_of(u) for u in units(self.index.passage_text(n)))
+            looked += 1
             vs = [cached_key(key) for key in keys]
             if any(v is None for v in vs):
                 still.append((n, keys))
             else:
                 self._append(n, vs)
                 got += 1
-        self.pending = rest + still
+        self.pending = self.pending[looked:] + still
+        self._looked += looked
         self.missed = [n for n, _ in still]
         if got:
             self._groups = None

@@ -70,10 +70,10 @@ def test_a_passage_is_hashed_once_and_only_when_its_turn_to_be_looked_up_comes(
     vectors.new_texts()
     assert hashed == []  # nothing hashed on the request that brought them
     cache = CacheFake()
-    vectors.resolve(cache.cached_key, limit=128)
-    assert len(hashed) == 128
-    for _ in range(4):  # the next 128, the last 44, then the first ones again
-        vectors.resolve(cache.cached_key, limit=128)
+    vectors.resolve(cache.cached_key, limit=128, split=32)
+    assert len(hashed) == 32  # at most 32 split and hashed a turn
+    for _ in range(12):  # the next ones, then the first ones again
+        vectors.resolve(cache.cached_key, limit=128, split=32)
     assert len(hashed) == 300 and len(set(hashed)) == 300  # each once, never again
 
 
@@ -102,7 +102,7 @@ def test_passages_that_never_resolve_do_not_hide_the_ones_behind_them() -> None:
     cache = CacheFake()
     for t in texts[128:]:  # the first 128 were dropped; the rest were embedded
         cache.finish(t, [1.0, 0.0])
-    got = sum(vectors.resolve(cache.cached_key, limit=128) for _ in range(3))
+    got = sum(vectors.resolve(cache.cached_key, limit=128, split=128) for _ in range(3))
     assert got == 172
     assert sorted(n for n, _ in vectors.pending) == list(range(128))
 
@@ -190,3 +190,22 @@ def test_a_lost_passage_is_handed_over_again_once() -> None:
     assert vectors.lost() == []  # missed again, but handed over once already
     cache.finish(texts[2], [0.0, 1.0])
     assert vectors.resolve(cache.cached_key) == 1 and vectors.missed == [0]
+
+
+def test_nothing_is_looked_up_again_until_the_embedder_has_made_a_vector() -> None:
+    """Back to back the embedder lags: most turns nothing new has been embedded, and
+    looking the same passages up again could find nothing."""
+    index = RelevanceIndex()
+    for i in range(3):
+        index.add(f"c{i}", f"passage {i} about release v2.{i}")
+    vectors = Vectors(index)
+    texts = vectors.new_texts()
+    cache = CacheFake()
+    assert vectors.resolve(cache.cached_key, version=0) == 0
+    looked = len(cache.history)
+    assert looked == 3
+    assert vectors.resolve(cache.cached_key, version=0) == 0
+    assert len(cache.history) == looked  # the same count: not one lookup
+    cache.finish(texts[0], [1.0, 0.0])
+    assert vectors.resolve(cache.cached_key, version=1) == 1  # it made one: look again
+    assert len(cache.history) == looked + 3
