@@ -145,8 +145,13 @@ class Vectors:
         life: for a caller that knows everything it handed over was embedded (its feeder
         is idle), so these never will be unless handed over again: dropped past the
         feeder's bound, in a batch that failed, or pushed out of the embedder's cache
-        (an LRU) by other sessions' passages before this session looked them up."""
+        (an LRU) by other sessions' passages before this session looked them up. One
+        missed again after that is given up: it leaves `pending`, which would otherwise
+        never fall to `CAUGHT_UP` (proxy/relate.py) and no question would wait again."""
         again = [n for n in self.missed if n not in self._again]
+        if len(again) < len(self.missed):
+            gone = set(self.missed).difference(again)
+            self.pending = [(n, keys) for n, keys in self.pending if n not in gone]
         self._again.update(again)
         return [self.index.passage_text(n) for n in again]
 
