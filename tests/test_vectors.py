@@ -28,6 +28,16 @@ class CacheFake:
         return self.done.get(key)
 
 
+def fresh(n: int, line: str = "passage {i} about release v2.{i}"
+          ) -> tuple[Vectors, list[str], CacheFake]:
+    """`n` passages just handed over (none looked up yet), their texts, an empty cache."""
+    index = RelevanceIndex()
+    for i in range(n):
+        index.add(f"c{i}", line.format(i=i))
+    vectors = Vectors(index)
+    return vectors, vectors.new_texts(), CacheFake()
+
+
 def test_a_lagging_embedder_leaves_passages_pending_and_resolves_them_later() -> None:
     index = RelevanceIndex()
     index.add("a", "the staging database lives on pg-stg-5171")
@@ -78,12 +88,7 @@ def test_a_passage_is_hashed_once_and_only_when_its_turn_to_be_looked_up_comes(
 
 
 def test_resolve_looks_up_at_most_limit_passages_a_turn() -> None:
-    index = RelevanceIndex()
-    for i in range(5):
-        index.add(f"c{i}", f"passage number {i} about release v2.{i}")
-    vectors = Vectors(index)
-    vectors.new_texts()
-    cache = CacheFake()
+    vectors, _, cache = fresh(5)
     assert vectors.resolve(cache.cached_key, limit=2) == 0
     assert len(cache.history) == 2
     # the two looked up go behind the rest: the next turn looks at the next two
@@ -94,12 +99,7 @@ def test_passages_that_never_resolve_do_not_hide_the_ones_behind_them() -> None:
     """The feeder drops the oldest passages past its bound (and a failed batch is given
     up): those never get a vector. Looking only at the oldest `limit` each turn, they
     stood in front of every passage behind them for good, embedded or not."""
-    index = RelevanceIndex()
-    for i in range(300):
-        index.add(f"c{i}", f"passage {i} of a long history, id-{i:04d}")
-    vectors = Vectors(index)
-    texts = vectors.new_texts()
-    cache = CacheFake()
+    vectors, texts, cache = fresh(300, "passage {i} of a long history, id-{i:04d}")
     for t in texts[128:]:  # the first 128 were dropped; the rest were embedded
         cache.finish(t, [1.0, 0.0])
     got = sum(vectors.resolve(cache.cached_key, limit=128, split=128) for _ in range(3))
@@ -177,12 +177,7 @@ def test_a_lost_passage_is_handed_over_again_once() -> None:
     """`lost`: what the last resolve missed, for a feeder that is idle (so it will never
     come); each passage once, so an embedder that fails the same batch is not fed it
     forever, and one missed after that is no longer pending."""
-    index = RelevanceIndex()
-    for i in range(3):
-        index.add(f"c{i}", f"passage {i} about release v2.{i}")
-    vectors = Vectors(index)
-    texts = vectors.new_texts()
-    cache = CacheFake()
+    vectors, texts, cache = fresh(3)
     cache.finish(texts[1], [1.0, 0.0])
     assert vectors.resolve(cache.cached_key) == 1
     assert vectors.lost() == [texts[0], texts[2]]
@@ -195,12 +190,7 @@ def test_a_lost_passage_is_handed_over_again_once() -> None:
 def test_nothing_is_looked_up_again_until_the_embedder_has_made_a_vector() -> None:
     """Back to back the embedder lags: most turns nothing new has been embedded, and
     looking the same passages up again could find nothing."""
-    index = RelevanceIndex()
-    for i in range(3):
-        index.add(f"c{i}", f"passage {i} about release v2.{i}")
-    vectors = Vectors(index)
-    texts = vectors.new_texts()
-    cache = CacheFake()
+    vectors, texts, cache = fresh(3)
     assert vectors.resolve(cache.cached_key, version=0) == 0
     looked = len(cache.history)
     assert looked == 3
