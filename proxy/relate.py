@@ -3,14 +3,13 @@
 Lexical first, always, in about a millisecond (store/relevance.py). Vectors refine where
 they are ready: every new passage is handed to the embedder as background work (it runs
 in its own process, store/embedproc.py), the step's words are asked for urgently, and the
-request waits for that at most `recall.vector_wait_ms`; a passage whose vector is not in
-the embedder's cache yet has no cosine this turn. A question waits for its own vector up
+request waits for that at most `recall.vector_wait_ms`; a passage whose rows have not
+landed yet has no cosine this turn. A question waits for its own vector up
 to `recall.question_vector_wait_ms`, and only when the session's passages are embedded
-(at most `CAUGHT_UP` passages pending: a paced loop) and the embedder answers now; back to
-back the embedder lags and no question waits. Nothing else blocks on a model. A passage
-lost on the way (dropped past the feeder's bound, in a failed batch, or pushed out of the
-embedder's cache before its session looked it up) is handed over once more when the
-feeder is idle.
+(at most `CAUGHT_UP` passages waiting: a paced loop) and the embedder answers now; back to
+back the embedder lags and no question waits. Nothing else blocks on a model. The feeder
+lands each batch's rows in the passages' own session (store/vectors.py): the request path
+looks nothing up in the embedder's cache.
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ class Relater:
         self.embedder = embedder  # a store.embed.CachedEmbedder, or None (lexical only)
         # a question's words also match their related words (store/related.py)
         self.related = related_words() if related is None else related
-        self._feed: deque[str] = deque(maxlen=FEED_MAX)
+        self._feed: deque[tuple[Vectors, int, str]] = deque()  # (whose, passage, text)
         self._feeder: asyncio.Task[None] | None = None
         self._embedding = 0  # passages of the batch the embedder has now
         self._drains: dict[int, asyncio.Task[None]] = {}  # id(index) -> its drain
@@ -78,14 +77,10 @@ class Relater:
             self._drain_later(index)
         if self.embedder is None or vectors is None:
             return rel
-        vectors.resolve(self.embedder.cached_key, version=self.embedder.computed)
-        # with the feeder idle, what was handed over is embedded or given up: a passage
-        # still missing was lost on the way, and is handed over once more
-        lost = vectors.lost() if vectors.missed and self.backlog == 0 else []
-        self._submit(vectors.new_texts() + lost)
+        self.feed(vectors)
         if step.words:
             qv = self.embedder.cached(step.words)
-            if step.asks and len(vectors.pending) <= CAUGHT_UP:  # the passages have vectors
+            if step.asks and vectors.waiting <= CAUGHT_UP:  # the passages have vectors
                 wait_ms = max(wait_ms, question_wait_ms)
             if qv is not None:
                 rel.vectors = _matches(index, vectors, qv, step)
@@ -128,32 +123,49 @@ class Relater:
             index.index_some(DRAIN_SLICE)
             await asyncio.sleep(0)
 
-    def _submit(self, texts: list[str]) -> None:
-        if not texts:
+    def feed(self, vectors: Vectors) -> None:
+        """Hand the passages `vectors`' index gained to the embedder, as background work;
+        their rows land in `vectors` as each batch comes back."""
+        passages = vectors.new_passages()
+        if not passages:
             return
-        self._feed.extend(texts)
+        feed = self._feed
+        feed.extend((vectors, n, text) for n, text in passages)
+        while len(feed) > FEED_MAX:  # the oldest go without a vector
+            feed.popleft()[0].give_up()
         if self._feeder is None or self._feeder.done():
             self._feeder = asyncio.get_running_loop().create_task(self._run(), name="vectors")
 
     async def _run(self) -> None:
-        """One background job at a time: the embedder's bulk queue, never ahead of queries."""
+        """One background job at a time: the embedder's bulk queue, never ahead of queries.
+        Each batch's rows land in the sessions their passages came from."""
         assert self.embedder is not None
         while self._feed:
             await QUIET.wait()
             batch: list[str] = []  # whole passages' units (store/vectors.py), off the path
-            passages = 0
+            spans: list[tuple[Vectors, int, int]] = []  # (whose, passage, its units)
             while self._feed and len(batch) < FEED_BATCH:
-                batch += units(self._feed.popleft())
-                passages += 1
-            self._embedding = passages
+                vectors, n, text = self._feed.popleft()
+                cut = units(text)
+                spans.append((vectors, n, len(cut)))
+                batch += cut
+            self._embedding = len(spans)
             failed: Exception | None = None
+            rows: Any = None
             try:
                 if batch:
-                    await self.embedder.embed(batch)
-            except Exception as exc:  # the batch is given up: pending no more
+                    rows = await self.embedder.embed(batch)
+            except Exception as exc:  # the batch is given up: it goes without vectors
                 failed = exc
             finally:
                 self._embedding = 0
+            at = 0
+            for vectors, n, k in spans:
+                if failed is None:
+                    vectors.land(n, rows[at:at + k] if k else ())
+                else:
+                    vectors.give_up()
+                at += k
             if failed is not None:
                 log.warning("passage_embedding_failed", error=type(failed).__name__)
                 await asyncio.sleep(1.0)

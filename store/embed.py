@@ -72,9 +72,6 @@ def _key(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-key_of = _key  # the cache's key for a text (`CachedEmbedder.cached_key`)
-
-
 def _normalise(rows: Vectors) -> Vectors:
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
@@ -108,11 +105,6 @@ class CachedEmbedder:
     def cached(self, text: str) -> Vectors | None:
         """The vector if this text was embedded already; never computes (hot-path safe)."""
         return self._cache.get(_key(text))
-
-    def cached_key(self, key: bytes) -> Vectors | None:
-        """`cached` by the text's `key_of`: a caller that looks the same text up turn after
-        turn hashes it once."""
-        return self._cache.get(key)
 
     def answers_now(self) -> bool:
         """Whether a short wait for a new vector can pay off (a model idle and loaded);

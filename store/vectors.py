@@ -14,11 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from store.embed import key_of
 from store.relevance import RelevanceIndex
 
-PENDING_MAX = 8192
-SPLIT_MAX = 32  # passages split and hashed per `resolve`, at most
 UNIT_CHARS = 200
 UNIT_MIN = 40  # shorter lines (a JSON field, a blank-ish log line) join the next ones
 _SENTENCE_END = re.compile(r"[.!?;] ")
@@ -52,12 +49,14 @@ def units(text: str, size: int = UNIT_CHARS) -> list[str]:
 class Vectors:
     """The passages' embeddings (their units'), where the embedder has already made them.
 
-    Refinement only, never waited on: `pending` holds passages not embedded yet; each turn
-    `resolve` looks a bounded number of them up in the embedder's cache (a hash and a dict
-    read per unit), and `cosines` is one matrix product over what has resolved. What is
-    not ready simply has no cosine this turn. A passage is split into its units only when
-    it is first looked up (the embedder's feeder splits its own copy off the request
-    path): a history sent whole costs no splitting on the request that brings it."""
+    Refinement only, never waited on: `new_passages` hands the passages the index gained
+    since the last call to the embedder's feeder (proxy/relate.py), which splits them into
+    units off the request path and, as each batch comes back, `land`s a passage's rows
+    here (or `give_up`s on it: dropped past the feeder's bound, or in a batch that
+    failed). `cosines` is one matrix product over what has landed; what has not simply
+    has no cosine this turn. The request path looks nothing up: rows are pushed, not
+    pulled from the embedder's cache, an LRU that other sessions' passages can empty
+    before this session would have looked."""
 
     def __init__(self, index: RelevanceIndex, dim: int | None = None) -> None:
         self.index = index
@@ -65,16 +64,11 @@ class Vectors:
         # doubling (a matrix rebuilt from a list of rows cost 3 ms a turn at 2,800 rows)
         self._buf: Any = None
         self._n = 0  # rows used
-        self._starts: list[int] = []  # the first row of each resolved passage
+        self._starts: list[int] = []  # the first row of each passage landed
         self._passages: list[int] = []  # its passage number
         self._groups: Any = None  # (starts, order by passage number), rebuilt when grown
-        self._seen = 0  # passages handed to `pending` so far
-        # (passage, its units' keys once split and hashed)
-        self.pending: list[tuple[int, tuple[bytes, ...] | None]] = []
-        self.missed: list[int] = []  # passages the last `resolve` looked up, not ready
-        self._again: set[int] = set()  # passages handed over a second time (`lost`)
-        self._version: int | None = None  # the embedder's count at the last `resolve`
-        self._looked = 0  # passages looked up since that count last changed
+        self._seen = 0  # passages handed over so far
+        self.waiting = 0  # handed over, neither landed nor given up
 
     @property
     def count(self) -> int:
@@ -86,80 +80,30 @@ class Vectors:
         """Memory the vectors take: the buffer as allocated, and each passage's place."""
         return (0 if self._buf is None else int(self._buf.nbytes)) + 64 * len(self._starts)
 
-    def new_texts(self) -> list[str]:
-        """Passages added to the index since the last call (to be embedded, as `units`)."""
+    def new_passages(self) -> list[tuple[int, str]]:
+        """(number, text) of the passages added to the index since the last call: each
+        handed over once, to come back through `land` or `give_up`."""
         n = self.index.passages_count
-        self.pending += ((i, None) for i in range(self._seen, n))
-        texts = [self.index.passage_text(i) for i in range(self._seen, n)]
+        new = [(i, self.index.passage_text(i)) for i in range(self._seen, n)]
         self._seen = n
-        return texts
+        self.waiting += len(new)
+        return new
 
-    def resolve(self, cached_key: Any, limit: int = 128, split: int = SPLIT_MAX,
-                version: int | None = None) -> int:
-        """Pick up passages whose units the embedder has all finished (at most `limit`
-        looked up per call); returns how many resolved. The ones looked up and still not
-        ready go behind the others, so the next call looks at the next ones: a passage
-        that never gets a vector (dropped by the feeder past its bound, or in a batch
-        that failed) cannot hide the ones behind it. A passage's units are split and
-        hashed when it is first looked up, at most `split` a call (~4 µs each), and
-        kept: an embedder that lags leaves the same passages pending turn after turn,
-        and a cold history's thousands wait their turn unsplit. `version`: how many
-        vectors the embedder has made so far; while it stays the same and every pending
-        passage was looked up since it last changed, nothing can resolve and nothing is
-        looked up (back to back, most turns)."""
-        self.missed = []
-        if not self.pending:
-            return 0
-        if version is None or version != self._version:
-            self._version, self._looked = version, 0
-        elif self._looked >= len(self.pending):
-            return 0
-        if len(self.pending) > PENDING_MAX:  # the embedder dropped them long ago
-            del self.pending[:-PENDING_MAX]
-        still: list[tuple[int, tuple[bytes, ...] | None]] = []
-        got = looked = 0
-        for n, keys in self.pending:
-            if looked >= limit:
-                break
-            if keys is None:
-                if split <= 0:
-                    break
-                split -= 1
-                keys = tuple(key_of(u) for u in units(self.index.passage_text(n)))
-            looked += 1
-            vs = [cached_key(key) for key in keys]
-            if any(v is None for v in vs):
-                still.append((n, keys))
-            else:
-                self._append(n, vs)
-                got += 1
-        self.pending = self.pending[looked:] + still
-        self._looked += looked
-        self.missed = [n for n, _ in still]
-        if got:
+    def land(self, passage: int, rows: Any) -> None:
+        """Passage `passage`'s units' rows (its `units`, in order), as the embedder made
+        them."""
+        self.waiting -= 1
+        if len(rows):
+            self._append(passage, rows)
             self._groups = None
-        return got
 
-    def lost(self) -> list[str]:
-        """The texts of the passages the last `resolve` missed, each at most once in its
-        life: for a caller that knows everything it handed over was embedded (its feeder
-        is idle), so these never will be unless handed over again: dropped past the
-        feeder's bound, in a batch that failed, or pushed out of the embedder's cache
-        (an LRU) by other sessions' passages before this session looked them up. One
-        missed again after that is given up: it leaves `pending`, which would otherwise
-        never fall to `CAUGHT_UP` (proxy/relate.py) and no question would wait again."""
-        again = [n for n in self.missed if n not in self._again]
-        if len(again) < len(self.missed):
-            gone = set(self.missed).difference(again)
-            self.pending = [(n, keys) for n, keys in self.pending if n not in gone]
-        self._again.update(again)
-        return [self.index.passage_text(n) for n in again]
+    def give_up(self, passages: int = 1) -> None:
+        """Passages handed over that will not land: they go without a cosine."""
+        self.waiting -= passages
 
-    def _append(self, passage: int, rows: list[Any]) -> None:
+    def _append(self, passage: int, rows: Any) -> None:
         import numpy as np
 
-        if not rows:
-            return
         need = self._n + len(rows)
         if self._buf is None or need > len(self._buf):
             grown = np.empty((max(256, need, 2 * (0 if self._buf is None else len(self._buf))),

@@ -1,110 +1,49 @@
-"""Vectors beside the lexical index: picked up from the embedder's cache, never waited on;
-a passage embedded as its lines, its cosine its best line's."""
+"""Vectors beside the lexical index: each passage handed to the embedder once, its rows
+landing in its own session as the batch comes back, never waited on; a passage embedded
+as its lines, its cosine its best line's."""
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import Future
+from typing import Any
+
 import numpy as np
 import pytest
+from structlog.testing import capture_logs
 
-from store.embed import key_of
+import proxy.relate
+from proxy.relate import Relater
 from store.relevance import RelevanceIndex
 from store.vectors import UNIT_CHARS, Vectors, units
+from tests.support.fakes import TopicEmbedder
 
 
-class CacheFake:
-    """The embedder's cache as the request path sees it: `finish` a text, and `history`
-    records every key looked up."""
-
-    def __init__(self) -> None:
-        self.done: dict[bytes, np.ndarray] = {}
-        self.history: list[bytes] = []
-
-    def finish(self, text: str, vector: list[float]) -> None:
-        v = np.asarray(vector, dtype=np.float32)
-        self.done[key_of(text)] = v / np.linalg.norm(v)
-
-    def cached_key(self, key: bytes) -> np.ndarray | None:
-        self.history.append(key)
-        return self.done.get(key)
+def unit(v: list[float]) -> np.ndarray:
+    a = np.asarray(v, dtype=np.float32)
+    return a / np.linalg.norm(a)
 
 
-def fresh(n: int, line: str = "passage {i} about release v2.{i}"
-          ) -> tuple[Vectors, list[str], CacheFake]:
-    """`n` passages just handed over (none looked up yet), their texts, an empty cache."""
+def session(n: int, line: str = "passage {i} about release v2.{i}") -> Vectors:
     index = RelevanceIndex()
     for i in range(n):
         index.add(f"c{i}", line.format(i=i))
-    vectors = Vectors(index)
-    return vectors, vectors.new_texts(), CacheFake()
+    return Vectors(index)
 
 
-def test_a_lagging_embedder_leaves_passages_pending_and_resolves_them_later() -> None:
-    index = RelevanceIndex()
-    index.add("a", "the staging database lives on pg-stg-5171")
-    index.add("b", "unit tests passed in 4.2 seconds")
-    vectors = Vectors(index)
-    texts = vectors.new_texts()
-    assert texts == ["the staging database lives on pg-stg-5171",
-                     "unit tests passed in 4.2 seconds"]
-    cache = CacheFake()
-    assert vectors.resolve(cache.cached_key) == 0  # nothing embedded yet: no cosine
-    assert vectors.cosines(np.array([1.0, 0.0], dtype=np.float32)) == []
-    cache.finish(texts[1], [0.0, 1.0])
-    assert vectors.resolve(cache.cached_key) == 1
-    assert [n for n, _ in vectors.pending] == [0]
-    cache.finish(texts[0], [1.0, 0.0])
-    assert vectors.resolve(cache.cached_key) == 1
-    assert vectors.pending == []
-    sims = dict(vectors.cosines(np.array([1.0, 0.0], dtype=np.float32)))
-    assert sims == {0: 1.0, 1: 0.0}
-    # looked up by the key hashed once in new_texts, the same key on every turn
-    k0, k1 = key_of(texts[0]), key_of(texts[1])
-    assert cache.history == [k0, k1, k0, k1, k0]
-
-
-def test_a_passage_is_hashed_once_and_only_when_its_turn_to_be_looked_up_comes(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    import store.vectors
-
-    hashed: list[str] = []
-
-    def counting_key_of(text: str) -> bytes:
-        hashed.append(text)
-        return key_of(text)
-
-    monkeypatch.setattr(store.vectors, "key_of", counting_key_of)
-    index = RelevanceIndex()
-    for i in range(300):  # a cold history's worth
-        index.add(f"c{i}", f"passage {i} of a long history, id-{i:04d}")
-    vectors = Vectors(index)
-    vectors.new_texts()
-    assert hashed == []  # nothing hashed on the request that brought them
-    cache = CacheFake()
-    vectors.resolve(cache.cached_key, limit=128, split=32)
-    assert len(hashed) == 32  # at most 32 split and hashed a turn
-    for _ in range(12):  # the next ones, then the first ones again
-        vectors.resolve(cache.cached_key, limit=128, split=32)
-    assert len(hashed) == 300 and len(set(hashed)) == 300  # each once, never again
-
-
-def test_resolve_looks_up_at_most_limit_passages_a_turn() -> None:
-    vectors, _, cache = fresh(5)
-    assert vectors.resolve(cache.cached_key, limit=2) == 0
-    assert len(cache.history) == 2
-    # the two looked up go behind the rest: the next turn looks at the next two
-    assert [n for n, _ in vectors.pending] == [2, 3, 4, 0, 1]
-
-
-def test_passages_that_never_resolve_do_not_hide_the_ones_behind_them() -> None:
-    """The feeder drops the oldest passages past its bound (and a failed batch is given
-    up): those never get a vector. Looking only at the oldest `limit` each turn, they
-    stood in front of every passage behind them for good, embedded or not."""
-    vectors, texts, cache = fresh(300, "passage {i} of a long history, id-{i:04d}")
-    for t in texts[128:]:  # the first 128 were dropped; the rest were embedded
-        cache.finish(t, [1.0, 0.0])
-    got = sum(vectors.resolve(cache.cached_key, limit=128, split=128) for _ in range(3))
-    assert got == 172
-    assert sorted(n for n, _ in vectors.pending) == list(range(128))
+def test_each_passage_is_handed_over_once_and_waits_until_it_lands() -> None:
+    vectors = session(2)
+    assert vectors.new_passages() == [(0, "passage 0 about release v2.0"),
+                                      (1, "passage 1 about release v2.1")]
+    assert vectors.new_passages() == []  # handed over once
+    assert vectors.waiting == 2 and vectors.cosines(unit([1.0, 0.0])) == []
+    vectors.land(1, np.stack([unit([0.0, 1.0])]))
+    assert vectors.waiting == 1
+    assert vectors.cosines(unit([1.0, 0.0])) == [(1, 0.0)]
+    vectors.give_up()  # the other will not come: it goes without a cosine
+    assert vectors.waiting == 0
+    vectors.index.add("c2", "a third passage")
+    assert vectors.new_passages() == [(2, "a third passage")] and vectors.waiting == 1
 
 
 def test_a_passage_is_embedded_as_its_lines_and_scores_as_its_best_line() -> None:
@@ -116,16 +55,12 @@ def test_a_passage_is_embedded_as_its_lines_and_scores_as_its_best_line() -> Non
     index.add("log", "\n".join(lines))
     index.add("other", "nothing here")
     vectors = Vectors(index)
-    texts = vectors.new_texts()
-    assert texts == ["\n".join(lines), "nothing here"]  # passages: split off the path
-    cache = CacheFake()
-    cut = [u for t in texts for u in units(t)]
-    assert cut == [*lines, "nothing here"]
-    cache.finish(cut[0], [0.0, 1.0])
-    assert vectors.resolve(cache.cached_key) == 0  # a passage waits for all its lines
-    for t, v in zip(cut[1:], ([1.0, 0.1], [0.1, 1.0], [0.6, 0.8]), strict=True):
-        cache.finish(t, v)
-    assert vectors.resolve(cache.cached_key) == 2 and vectors.count == 4
+    handed = vectors.new_passages()
+    assert [t for _, t in handed] == ["\n".join(lines), "nothing here"]
+    assert [units(t) for _, t in handed] == [lines, ["nothing here"]]
+    vectors.land(0, np.stack([unit(v) for v in ([0.0, 1.0], [1.0, 0.1], [0.1, 1.0])]))
+    vectors.land(1, np.stack([unit([0.6, 0.8])]))
+    assert vectors.count == 4
     sims = dict(vectors.cosines(np.array([1.0, 0.0], dtype=np.float32)))
     assert sims.keys() == {0, 1}
     assert sims[0] == pytest.approx(1.0 / np.hypot(1.0, 0.1))  # the port's line, not a mean
@@ -149,23 +84,20 @@ def test_units_are_lines_short_ones_joined_and_a_long_line_cut_at_a_sentence_end
 
 def test_cosines_stay_each_passages_best_unit_as_the_buffer_grows() -> None:
     """Rows go into a buffer that grows by doubling, a passage's units side by side, and
-    passages resolve out of order (an older one waits while newer ones are ready): every
-    passage still gets its own best unit's cosine, listed in passage order."""
+    passages land out of order (batches come back as they come): every passage still
+    gets its own best unit's cosine, listed in passage order."""
     rng = np.random.default_rng(7)
     index = RelevanceIndex()
     for i in range(120):  # 1-5 lines each: ~360 units, past the first 256 rows
         index.add(f"c{i}", "\n".join(f"passage {i} line {j} " + "x" * 40
                                      for j in range(1 + i % 5)))
     vectors = Vectors(index)
-    texts = vectors.new_texts()
-    cache = CacheFake()
-    want: dict[int, list[np.ndarray]] = {}
-    for n in [*range(60, 120), *range(60)]:  # the newer half is embedded first
-        for u in units(texts[n]):
-            cache.finish(u, list(rng.standard_normal(8)))
-            want.setdefault(n, []).append(cache.done[key_of(u)])
-        vectors.resolve(cache.cached_key, limit=200)
-    assert vectors.pending == [] and vectors.count == sum(map(len, want.values())) > 256
+    texts = dict(vectors.new_passages())
+    want: dict[int, np.ndarray] = {}
+    for n in [*range(60, 120), *range(60)]:  # the newer half lands first
+        want[n] = np.stack([unit(list(rng.standard_normal(8))) for _ in units(texts[n])])
+        vectors.land(n, want[n])
+    assert vectors.waiting == 0 and vectors.count == sum(map(len, want.values())) > 256
     q = rng.standard_normal(8).astype(np.float32)
     got = vectors.cosines(q)
     assert [n for n, _ in got] == list(range(120))
@@ -173,29 +105,47 @@ def test_cosines_stay_each_passages_best_unit_as_the_buffer_grows() -> None:
         assert c == pytest.approx(max(float(v @ q) for v in want[n]), abs=1e-6)
 
 
-def test_a_lost_passage_is_handed_over_again_once() -> None:
-    """`lost`: what the last resolve missed, for a feeder that is idle (so it will never
-    come); each passage once, so an embedder that fails the same batch is not fed it
-    forever, and one missed after that is no longer pending."""
-    vectors, texts, cache = fresh(3)
-    cache.finish(texts[1], [1.0, 0.0])
-    assert vectors.resolve(cache.cached_key) == 1
-    assert vectors.lost() == [texts[0], texts[2]]
-    cache.finish(texts[2], [0.0, 1.0])  # the second time, one of them made it
-    assert vectors.resolve(cache.cached_key) == 1 and vectors.missed == [0]
-    assert vectors.lost() == []  # missed again, handed over once already: given up
-    assert vectors.pending == []  # so a question may wait for its vector again
+async def test_rows_land_in_their_session_whatever_the_embedders_cache_keeps() -> None:
+    """The embedder's cache is an LRU shared by every session. When the request path
+    looked vectors up there, one session's passages pushed another's out before it
+    looked, and those never got a cosine; rows now go straight to the passage's session."""
+    embedder = TopicEmbedder({"release": ["release"]}, cache_size=2)
+    relater = Relater(embedder)
+    first, second = session(30), session(30, "another session's line {i}")
+    relater.feed(first)
+    relater.feed(second)
+    await relater.flush()
+    assert first.waiting == second.waiting == 0
+    assert first.count == second.count == 30
+    assert [n for n, c in first.cosines(unit([1.0, 0.0])) if c > 0.9] == list(range(30))
 
 
-def test_nothing_is_looked_up_again_until_the_embedder_has_made_a_vector() -> None:
-    """Back to back the embedder lags: most turns nothing new has been embedded, and
-    looking the same passages up again could find nothing."""
-    vectors, texts, cache = fresh(3)
-    assert vectors.resolve(cache.cached_key, version=0) == 0
-    looked = len(cache.history)
-    assert looked == 3
-    assert vectors.resolve(cache.cached_key, version=0) == 0
-    assert len(cache.history) == looked  # the same count: not one lookup
-    cache.finish(texts[0], [1.0, 0.0])
-    assert vectors.resolve(cache.cached_key, version=1) == 1  # it made one: look again
-    assert len(cache.history) == looked + 3
+async def test_past_its_bound_the_feeder_drops_the_oldest_passages(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    class Stalled(TopicEmbedder):
+        def _start(self, texts: list[str], urgent: bool) -> Any:
+            return Future()  # never done
+
+    monkeypatch.setattr(proxy.relate, "FEED_MAX", 4)
+    relater = Relater(Stalled({"x": ["x"]}))
+    vectors = session(10)
+    relater.feed(vectors)
+    assert vectors.waiting == 4 and relater.backlog == 4  # six went without a vector
+    await relater.close()
+
+
+async def test_a_failed_batch_is_given_up_and_logged() -> None:
+    class Failing(TopicEmbedder):
+        def _start(self, texts: list[str], urgent: bool) -> Any:
+            done: Future[Any] = Future()
+            done.set_exception(RuntimeError("model crashed"))
+            return done
+
+    relater = Relater(Failing({"x": ["x"]}))
+    vectors = session(3)
+    with capture_logs() as logs:
+        relater.feed(vectors)
+        await asyncio.wait_for(relater.flush(), 10)
+    assert vectors.waiting == 0 and vectors.count == 0
+    assert [e["error"] for e in logs if e["event"] == "passage_embedding_failed"] == [
+        "RuntimeError"]

@@ -422,11 +422,12 @@ async def test_vectors_refine_where_ready_a_paraphrase_with_no_shared_word(
     assert any(ask in batch for batch in embedder.calls)  # asked for on the request
 
 
-async def test_vectors_pushed_out_of_the_embedders_cache_are_handed_over_again(
+async def test_vectors_pushed_out_of_the_embedders_cache_still_count(
         aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
-    """The embedder's cache is an LRU shared by every session. A memo embedded, then
-    pushed out by another session's passages before its own session's next turn looked
-    it up, never got a vector: it stayed pending for good and a paraphrase missed it."""
+    """The embedder's cache is an LRU shared by every session. When the request path
+    looked its vectors up there, a memo embedded, then pushed out by another session's
+    passages before its own session's next turn looked, never got a vector and a
+    paraphrase missed it. Rows now land in their session as the batch comes back."""
     from proxy.keys import PIPELINE
     from tests.support.fakes import TopicEmbedder
 
@@ -452,7 +453,7 @@ async def test_vectors_pushed_out_of_the_embedders_cache_are_handed_over_again(
     sent = upstream.history[-1].body["messages"][-1]["content"]
     assert resp.headers["X-Ctxwarden-Recalled"] != "0" and "4,140 EUR" in sent
     memo = [batch for batch in embedder.calls if any("4,140 EUR" in t for t in batch)]
-    assert len(memo) == 2  # embedded, pushed out, handed over once more
+    assert len(memo) == 1  # embedded once, and kept by its session
 
 
 async def test_without_ready_vectors_nothing_waits_and_lexical_still_works(
