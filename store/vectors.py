@@ -97,9 +97,9 @@ class Vectors:
             self._append(passage, rows)
             self._groups = None
 
-    def give_up(self, passages: int = 1) -> None:
-        """Passages handed over that will not land: they go without a cosine."""
-        self.waiting -= passages
+    def give_up(self) -> None:
+        """A passage handed over that will not land: it goes without a cosine."""
+        self.waiting -= 1
 
     def _append(self, passage: int, rows: Any) -> None:
         import numpy as np
