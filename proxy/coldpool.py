@@ -1,10 +1,11 @@
 """A history sent whole for the first time is analysed on two cores.
 
 A client resuming a chat or a stateless caller sends hundreds of messages the proxy has
-never seen. Their analysis (`proxy.analysis.measure`: exact token counts, rare
-identifiers, failure checks) is per message, independent, pure Python and tiktoken under
-the interpreter lock: ~75 ms of a cold 1,000-message request's ~150 ms on one core
-(docs/design-notes.md). So when a request's unseen messages come to `min_bytes` of
+never seen. Their analysis (`proxy.analysis.measure`: token counts, rare identifiers,
+failure checks) is per message, independent, pure Python and tiktoken under the
+interpreter lock (docs/design-notes.md). Such a history's plain-text contents are
+estimated, not tokenized (`measure(estimate=True)`; the fit counts what it keeps), which
+took its analysis from ~75 to ~30 ms of 1,000 messages. So when a request's unseen messages come to `min_bytes` of
 content, about half of them go to a worker process while this process measures the other
 half, and the session's first read of the store runs in between (`Pipeline._locked`).
 One job is out at a time: a cold history that arrives meanwhile is measured here.
@@ -46,13 +47,14 @@ TIMEOUT_S, TIMEOUT_S_PER_BYTE = 1.0, 1e-6
 _COUNTERS: dict[tuple[str, str], TokenCounter] = {}  # in the worker: one per tokenizer
 
 
-def _measure(encoding: str, model: str, messages: list[dict[str, Any]]) -> list[Facts]:
+def _measure(encoding: str, model: str, messages: list[dict[str, Any]],
+             estimate: bool = True) -> list[Facts]:
     """In the worker: `measure` each message with the route's tokenizer."""
     counter = _COUNTERS.get((encoding, model))
     if counter is None:
         counter = TokenCounter(tiktoken.get_encoding(encoding), model=model)
         _COUNTERS[(encoding, model)] = counter
-    return [measure(counter, m, text_of(m)) for m in messages]
+    return [measure(counter, m, text_of(m), estimate) for m in messages]
 
 
 def _follow_parent() -> None:
@@ -73,7 +75,7 @@ def _warm() -> None:
     """Imports and the default tokenizer loaded before the first cold history, then out of
     the collector's sight (as `ctxwarden serve` does): a full collection in the worker
     walked them, 13-25 ms inside the half of a cold history it was measuring."""
-    _measure("o200k_base", "", [{"role": "user", "content": "warm"}])
+    _measure("o200k_base", "", [{"role": "user", "content": "warm"}], estimate=False)
     gc.collect()
     gc.freeze()
 
@@ -143,7 +145,7 @@ class ColdPool:
             if cold:
                 self.start()  # measured here while a worker starts (or works)
             for i in unseen:
-                out[i] = _put(analyzer, fps[i], rest[i], None)
+                out[i] = _put(analyzer, fps[i], rest[i], None, cold)
             return head + _all(out), len(head)
         half, acc = len(unseen), 0
         for k, n in enumerate(size):  # the worker takes the later half, by size
@@ -155,18 +157,18 @@ class ColdPool:
         counter = analyzer.counter
         job = asyncio.get_running_loop().run_in_executor(
             self._executor, _measure, counter.encoding.name, counter.model,
-            [rest[i] for i in theirs])
+            [rest[i] for i in theirs], True)
         self.busy = True  # one job at a time: a queue behind it would only add waiting
         try:
             await asyncio.sleep(0)  # let the session's store reads go out first
             for i in mine:
-                out[i] = _put(analyzer, fps[i], rest[i], None)
+                out[i] = _put(analyzer, fps[i], rest[i], None, True)
             timeout = TIMEOUT_S + TIMEOUT_S_PER_BYTE * sum(size[half:])
             facts = await self._collect(job, len(theirs), timeout)
         finally:
             self.busy = False
         for k, i in enumerate(theirs):
-            out[i] = _put(analyzer, fps[i], rest[i], facts[k] if facts else None)
+            out[i] = _put(analyzer, fps[i], rest[i], facts[k] if facts else None, True)
         return head + _all(out), len(head)
 
     async def _collect(self, job: asyncio.Future[list[Facts]], n: int,
@@ -189,11 +191,11 @@ class ColdPool:
         return facts
 
 
-def _put(analyzer: MessageAnalyzer, fp: str, msg: dict[str, Any], facts: Facts | None
-         ) -> MsgInfo:
+def _put(analyzer: MessageAnalyzer, fp: str, msg: dict[str, Any], facts: Facts | None,
+         estimate: bool) -> MsgInfo:
     text = text_of(msg)
     return analyzer.put(fp, text, facts if facts is not None else
-                        measure(analyzer.counter, msg, text))
+                        measure(analyzer.counter, msg, text, estimate))
 
 
 def _all(infos: list[MsgInfo | None]) -> list[MsgInfo]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.base import ChunkClass, Policy, PolicyContext, Ranked
+from proxy.analysis import counted
 from proxy.chunking import RESULTS, Conversation, Part
 from proxy.stubs import stub_text, what
 from proxy.tokens import REPLY_PRIMING, TokenCounter
@@ -51,6 +52,7 @@ CUT_MARKER = ("[ctxwarden: {cut} tokens cut from the middle of this {what} to fi
               "context window; the full text is stored as chunk {id} and its relevant "
               "passages are recalled automatically]")
 MIN_KEEP = 64  # tokens of head + tail worth keeping; below that a cut does not help
+EXACT_ROUNDS = 2  # fits with estimated parts counted, before every part is counted
 
 
 class Fitter:
@@ -79,15 +81,41 @@ class Fitter:
             self._stub_cost[cid] = cost
         return cost
 
-    def fit(
-        self,
-        conv: Conversation,
-        sticky: set[str],
-        budget: int,
-        target: int,
-        policy: Policy,
-        ctx: PolicyContext,
-    ) -> Fit:
+    def fit(self, conv: Conversation, sticky: set[str], budget: int, target: int,
+            policy: Policy, ctx: PolicyContext) -> Fit:
+        """Sticky decisions, then the policy's ranking, down to `target` once over `budget`.
+        A part whose content is only estimated (a cold history's: `analysis.measure`) is
+        counted once the fit keeps it; when the counted request is over `budget`, the fit
+        runs again with those counts (EXACT_ROUNDS times, then with every part counted),
+        so what is sent is always counted."""
+        fit = self._fit(conv, sticky, budget, target, policy, ctx)
+        for _ in range(EXACT_ROUNDS):
+            if not self._count_kept(conv, fit.evicted):
+                return fit
+            fit.tokens = self.cost(conv, fit.evicted)
+            fit.permanent_tokens = REPLY_PRIMING + sum(
+                p.chunk.tokens for p in conv.parts if p.chunk.klass is ChunkClass.PERMANENT)
+            if fit.tokens <= budget:
+                return fit
+            fit = self._fit(conv, sticky, budget, target, policy, ctx)
+        if self._count_kept(conv, set()):
+            fit = self._fit(conv, sticky, budget, target, policy, ctx)
+        return fit
+
+    def _count_kept(self, conv: Conversation, evicted: set[str]) -> bool:
+        """Count the estimated parts whose tokens the request would send (not a dropped
+        message's, not a stubbed result's); True if there were any."""
+        changed = False
+        for p in conv.parts:
+            if p.info.exact or (p.chunk.id in evicted and p.role != "assistant"):
+                continue
+            p.info = counted(self.counter, p.info)
+            p.chunk.tokens = p.info.tokens
+            changed = True
+        return changed
+
+    def _fit(self, conv: Conversation, sticky: set[str], budget: int, target: int,
+             policy: Policy, ctx: PolicyContext) -> Fit:
         parts = conv.parts
         evicted = {p.chunk.id for p in parts
                    if p.chunk.id in sticky and p.chunk.klass is not ChunkClass.PERMANENT}

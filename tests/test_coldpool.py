@@ -40,6 +40,12 @@ def analyzer(model: str = "gpt-4o") -> MessageAnalyzer:
     return MessageAnalyzer(TokenCounter(encoding_for(model), model=model))
 
 
+async def here(msgs: list[dict[str, Any]], model: str = "gpt-4o",
+               prev: Prefix | None = None) -> tuple[list[MsgInfo], int]:
+    """The infos this process alone gives a cold history (contents estimated)."""
+    return await ColdPool(0, min_bytes=0).infos(analyzer(model), msgs, prev)
+
+
 async def started(pool: ColdPool) -> ColdPool:
     pool.start()
     for _ in range(600):
@@ -54,7 +60,7 @@ async def test_a_worker_measures_what_this_process_measures() -> None:
     pool = await started(ColdPool(1, min_bytes=0))
     try:
         for model in ("gpt-4o", "anthropic/claude-3-5-sonnet"):  # the tokenizer's factor too
-            mine = infos_of(analyzer(model), msgs, None)
+            mine = await here(msgs, model)
             theirs = await pool.infos(analyzer(model), msgs, None)
             assert theirs == mine
         assert pool.offloaded >= len(msgs) // 2 and pool.failures == 0
@@ -63,7 +69,7 @@ async def test_a_worker_measures_what_this_process_measures() -> None:
         first, _ = await pool.infos(a, msgs[:-4], None)
         before = pool.offloaded
         infos, matched = await pool.infos(a, msgs, Prefix(msgs[:-4], first))
-        assert matched == len(msgs) - 4 and infos == infos_of(analyzer(), msgs, None)[0]
+        assert matched == len(msgs) - 4 and infos == (await here(msgs))[0]
         assert pool.offloaded - before <= 4
     finally:
         pool.close()
@@ -75,7 +81,8 @@ async def test_below_min_bytes_or_before_the_worker_is_up_nothing_leaves() -> No
     try:
         assert not pool.ready
         infos, _ = await pool.infos(analyzer(), msgs, None)  # starts it, measures here
-        assert infos == infos_of(analyzer(), msgs, None)[0]
+        assert infos == infos_of(analyzer(), msgs, None)[0]  # counted: not cold
+        assert all(i.exact for i in infos)
         await started(pool)
         await pool.infos(analyzer(), msgs, None)
         assert pool.offloaded == 0
@@ -93,7 +100,7 @@ async def test_two_cold_histories_at_once_the_second_is_measured_here() -> None:
         alone = pool.offloaded  # what the first sends when nothing else is out
         got = await asyncio.gather(pool.infos(analyzer(), a, None),
                                    pool.infos(analyzer(), b, None))
-        assert [g[0] for g in got] == [infos_of(analyzer(), m, None)[0] for m in (a, b)]
+        assert [g[0] for g in got] == [(await here(m))[0] for m in (a, b)]
         assert alone > 0 and pool.offloaded == 2 * alone  # none of the second's
         assert not pool.busy and pool.failures == 0
     finally:
@@ -102,7 +109,7 @@ async def test_two_cold_histories_at_once_the_second_is_measured_here() -> None:
 
 async def test_a_dead_worker_costs_its_request_nothing() -> None:
     msgs = history()
-    want = infos_of(analyzer(), msgs, None)[0]
+    want = (await here(msgs))[0]
     pool = await started(ColdPool(1, min_bytes=0))
     try:
         for child in pool.processes():
@@ -132,7 +139,7 @@ async def test_a_hung_worker_is_killed_and_its_half_measured_here(monkeypatch: A
             os.kill(child.pid or 0, signal.SIGSTOP)
         with capture_logs() as logs:
             got = (await pool.infos(analyzer(), msgs, None))[0]
-        assert got == infos_of(analyzer(), msgs, None)[0]
+        assert got == (await here(msgs))[0]
         assert [(e["event"], e["error"]) for e in logs] == [("cold_pool_failed", "TimeoutError")]
         for child in stopped:
             child.join(5)
@@ -153,8 +160,8 @@ async def test_through_the_app_the_forwarded_request_is_the_same(
         store = MemoryStore()
         client = await make(aiohttp_client, settings, store)
         pool = client.app[PIPELINE].cold
+        pool.min_bytes = 0  # cold either way: contents estimated, what is kept counted
         if workers:
-            pool.min_bytes = 0
             await started(pool)
         resp = await client.post(CHAT, json={"model": "test-1", "messages": msgs},
                                  headers={"X-Session-ID": "cold"})

@@ -1,0 +1,68 @@
+"""A history sent whole for the first time has its contents estimated, not tokenized; what
+the request sends is counted all the same.
+
+Real parts: the app over HTTP, the fake upstream (what it receives is what was sent), real
+tau-bench traffic; the forwarded messages are counted here with the route's own tokenizer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from proxy import analysis
+from proxy.analysis import fingerprint
+from proxy.keys import PIPELINE
+from proxy.tokens import REPLY_PRIMING, TokenCounter, encoding_for
+from store.base import MemoryStore
+from tests.support.app import CHAT, make, settings_for
+from tests.test_coldpool import history
+
+
+async def send_cold(aiohttp_client: Any, upstream: Any) -> tuple[Any, Any, Any]:
+    """A cold history through the app: (the pipeline, the response, the request log)."""
+    client = await make(aiohttp_client, settings_for(upstream), MemoryStore())
+    pipeline = client.app[PIPELINE]
+    pipeline.cold.min_bytes = 0  # whatever its size: it is cold
+    with capture_logs() as logs:
+        resp = await client.post(CHAT, json={"model": "test-1", "messages": history()},
+                                 headers={"X-Session-ID": "cold"})
+    assert resp.status == 200, await resp.text()
+    line = next(e for e in logs if e["event"] == "request")
+    return pipeline, resp, line
+
+
+def counted_here(messages: list[dict[str, Any]]) -> int:
+    counter = TokenCounter(encoding_for("openai/gpt-4o"), model="openai/gpt-4o")
+    return REPLY_PRIMING + sum(counter.message(m) for m in messages)
+
+
+async def test_a_cold_history_is_estimated_and_what_is_sent_is_counted(
+        aiohttp_client: Any, upstream: Any) -> None:
+    pipeline, resp, line = await send_cold(aiohttp_client, upstream)
+    sent = upstream.history[-1].body["messages"]
+    # what reached the upstream costs, counted here, what the proxy said it sends
+    assert counted_here(sent) == int(resp.headers["X-Ctxwarden-Tokens-Out"])
+    assert int(resp.headers["X-Ctxwarden-Tokens-Out"]) <= line["budget"]
+    assert resp.headers["X-Ctxwarden-Evicted"] != "0"
+    # plain-text contents were estimated (the equality above: the sent ones then counted);
+    # a message with tool calls or content parts is counted whatever happens
+    infos = [pipeline.runtimes["test"].analyzer.cached(fingerprint(m)) for m in history()]
+    estimated = [i for i in infos if i is not None and not i.exact]
+    assert len(estimated) > len(infos) // 2
+    assert all(isinstance(m.get("content"), str) and not m.get("tool_calls")
+               for m in history() if fingerprint(m) in {i.fp for i in estimated})
+
+
+async def test_an_estimate_far_too_low_still_sends_a_counted_request_within_budget(
+        aiohttp_client: Any, upstream: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Estimates 300 times too low: the first fit keeps nearly everything, counting what
+    it kept puts the request far over the budget, and the fit runs again until what is
+    kept is counted and fits."""
+    monkeypatch.setattr(analysis, "CHARS_PER_TOKEN", 1000.0)
+    _, resp, line = await send_cold(aiohttp_client, upstream)
+    sent = upstream.history[-1].body["messages"]
+    assert counted_here(sent) == int(resp.headers["X-Ctxwarden-Tokens-Out"]) <= line["budget"]
+    assert resp.headers["X-Ctxwarden-Evicted"] != "0"
