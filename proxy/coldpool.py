@@ -5,9 +5,10 @@ never seen. Their analysis (`proxy.analysis.measure`: token counts, rare identif
 failure checks) is per message, independent, pure Python and tiktoken under the
 interpreter lock (docs/design-notes.md). Such a history's plain-text contents are
 estimated, not tokenized (`measure(estimate=True)`; the fit counts what it keeps), which
-took its analysis from ~75 to ~30 ms of 1,000 messages. So when a request's unseen messages come to `min_bytes` of
-content, about half of them go to a worker process while this process measures the other
-half, and the session's first read of the store runs in between (`Pipeline._locked`).
+took its analysis from ~75 to ~30 ms of 1,000 messages. So when a request's unseen
+messages come to `min_bytes` of content, about half of them go to a worker process while
+this process measures the other half, and the session's first read of the store runs in
+between (`Pipeline._locked`).
 One job is out at a time: a cold history that arrives meanwhile is measured here.
 
 The worker computes exactly what this process would (the same pure function on the same
