@@ -19,6 +19,7 @@ from proxy.pipeline import Prepared
 from proxy.session import session_key
 from proxy.validate import validate_body
 from store.errors import StoreUnavailable
+from store.quiet import QUIET
 
 log = structlog.get_logger("ctxwarden")
 
@@ -44,24 +45,26 @@ async def read_body(request: web.Request) -> dict[str, Any]:
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
-    body = await read_body(request)
-    settings = request.app[SETTINGS]
-    route = settings.route_for(body["model"])
-    if route is None:
-        names = ", ".join(r.model for r in settings.routes) or "none configured"
-        raise RouteNotFound(f"The model '{body['model']}' does not exist or no route matches it "
-                            f"(routes: {names}).", param="model")
-    upstream = request.app[UPSTREAM]
-    upstream.check(route, body)
-    tenant = tenant_of(request)
-    key = session_key(request.headers.get("X-Session-ID"), tenant, body)
-    structlog.contextvars.bind_contextvars(session=key.id, route=route.name)
-    # passthrough: until the provider has accepted this caller's key once, the turn's
-    # writes wait for its answer, so a bogus key fills no store
-    api_key = upstream_key_of(request)
-    guard = request.app.get(AUTH)
-    unproven = api_key is not None and guard is not None and not guard.proven(tenant)
-    prepared = await request.app[PIPELINE].prepare(body, route, tenant, key, defer=unproven)
+    with QUIET.busy():  # background work waits from the body's read (store/quiet.py)
+        body = await read_body(request)
+        settings = request.app[SETTINGS]
+        route = settings.route_for(body["model"])
+        if route is None:
+            names = ", ".join(r.model for r in settings.routes) or "none configured"
+            raise RouteNotFound(f"The model '{body['model']}' does not exist or no route "
+                                f"matches it (routes: {names}).", param="model")
+        upstream = request.app[UPSTREAM]
+        upstream.check(route, body)
+        tenant = tenant_of(request)
+        key = session_key(request.headers.get("X-Session-ID"), tenant, body)
+        structlog.contextvars.bind_contextvars(session=key.id, route=route.name)
+        # passthrough: until the provider has accepted this caller's key once, the turn's
+        # writes wait for its answer, so a bogus key fills no store
+        api_key = upstream_key_of(request)
+        guard = request.app.get(AUTH)
+        unproven = api_key is not None and guard is not None and not guard.proven(tenant)
+        prepared = await request.app[PIPELINE].prepare(body, route, tenant, key,
+                                                       defer=unproven)
     fields: dict[str, Any] = {**prepared.log_fields(), "stream": bool(body.get("stream")),
                               "overhead_ms": round((time.perf_counter() - started) * 1000, 2)}
     metrics.observe(request, prepared, fields["overhead_ms"])

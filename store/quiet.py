@@ -4,9 +4,12 @@ The request path and the background jobs (the log's replay into LanceDB, the emb
 worker's writes, indexing a cold history's passages) share one interpreter lock: a job
 that runs while a request is being prepared lengthens that request by its own CPU time
 (a cold 1,000-message request's log write took ~200 ms instead of ~20 with indexing
-interleaved). So the request path marks itself `busy()`, and each job awaits `wait()`
-before each unit of work: it runs while no request is being prepared, and after
-`max_wait_s` at most, so a steady stream of requests never starves it.
+interleaved). So the request path marks itself `busy()`, from the first byte of its body
+(the handler's read; a 700 KB history takes a few ms to arrive and parse, and indexing a
+previous cold history in between cost 15-60 ms: docs/design-notes.md) until it is
+prepared, not while the upstream answers; each job awaits `wait()` before each unit of
+work: it runs while no request is being prepared, and after `max_wait_s` at most, so a
+steady stream of requests never starves it.
 
 LanceDB's writes (the log's replay, the embedder's vectors) also wait for a rest
 (`WRITE_REST_S` without a request being prepared): a commit builds its Arrow tables on
