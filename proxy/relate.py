@@ -33,7 +33,7 @@ log = structlog.get_logger("ctxwarden")
 FEED_MAX = 4096  # passages waiting to be embedded; past it the oldest are dropped
 FEED_BATCH = 16  # units
 CALL_CHARS = 300  # of a call's arguments, as context for its output's passages
-DRAIN_SLICE = 32  # waiting passages indexed per slice (~1 ms); requests run in between
+DRAIN_SLICE = 8  # waiting passages indexed per slice (~0.35 ms); requests run in between
 DRAIN_DELAY = 0.01  # s: the request that brought them is forwarded first
 CAUGHT_UP = 16  # passages still to embed, at most, for a question's wait to pay off
 
