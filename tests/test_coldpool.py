@@ -20,20 +20,7 @@ from proxy.keys import PIPELINE
 from proxy.tokens import TokenCounter, encoding_for
 from store.base import MemoryStore
 from tests.support.app import CHAT, make, settings_for
-from tests.support.attachments import image_part, png, with_media
-from tests.support.messages import assistant, call, tau_trajectories, tool, user
-
-
-def history(n: int = 6) -> list[dict[str, Any]]:
-    """Several real trajectories back to back, with an image and a failed command."""
-    msgs: list[dict[str, Any]] = []
-    for t in tau_trajectories()[:n]:
-        msgs += [m for m in t["traj"] if m["role"] != "system" or not msgs]
-    msgs += [with_media("What does this chart show?", image_part(png(640, 480))),
-             assistant(None, call("sh1", "shell", '{"cmd": "make"}')),
-             tool("sh1", "Traceback (most recent call last):\n  File 'x.py'\nValueError"),
-             user("Why did that fail?")]
-    return msgs
+from tests.support.messages import cold_history
 
 
 def analyzer(model: str = "gpt-4o") -> MessageAnalyzer:
@@ -56,7 +43,7 @@ async def started(pool: ColdPool) -> ColdPool:
 
 
 async def test_a_worker_measures_what_this_process_measures() -> None:
-    msgs = history()
+    msgs = cold_history()
     pool = await started(ColdPool(1, min_bytes=0))
     try:
         for model in ("gpt-4o", "anthropic/claude-3-5-sonnet"):  # the tokenizer's factor too
@@ -76,7 +63,7 @@ async def test_a_worker_measures_what_this_process_measures() -> None:
 
 
 async def test_below_min_bytes_or_before_the_worker_is_up_nothing_leaves() -> None:
-    msgs = history(2)
+    msgs = cold_history(2)
     pool = ColdPool(1, min_bytes=10**9)
     try:
         assert not pool.ready
@@ -93,7 +80,7 @@ async def test_below_min_bytes_or_before_the_worker_is_up_nothing_leaves() -> No
 async def test_two_cold_histories_at_once_the_second_is_measured_here() -> None:
     """One job out at a time: a burst of cold histories never queues behind the worker
     (a queue would only add waiting, and could time out as a hung worker)."""
-    a, b = history(3), history(6)[-60:]
+    a, b = cold_history(3), cold_history(6)[-60:]
     pool = await started(ColdPool(1, min_bytes=0))
     try:
         await pool.infos(analyzer(), a, None)
@@ -108,7 +95,7 @@ async def test_two_cold_histories_at_once_the_second_is_measured_here() -> None:
 
 
 async def test_a_dead_worker_costs_its_request_nothing() -> None:
-    msgs = history()
+    msgs = cold_history()
     want = (await here(msgs))[0]
     pool = await started(ColdPool(1, min_bytes=0))
     try:
@@ -130,7 +117,7 @@ async def test_a_hung_worker_is_killed_and_its_half_measured_here(monkeypatch: A
     from proxy import coldpool
 
     monkeypatch.setattr(coldpool, "TIMEOUT_S", 0.5)
-    msgs = history()
+    msgs = cold_history()
     pool = await started(ColdPool(1, min_bytes=0))
     try:
         stopped = pool.processes()
@@ -152,7 +139,7 @@ async def test_through_the_app_the_forwarded_request_is_the_same(
         aiohttp_client: Any, upstream: Any) -> None:
     """A whole history sent cold to a server with a worker and to one without: the same
     body reaches the upstream, and the same decisions are logged."""
-    msgs = history()
+    msgs = cold_history()
     bodies, logs = [], []
     for workers in (0, 1):
         settings = settings_for(upstream, recall={"enabled": True})

@@ -18,7 +18,7 @@ from proxy.keys import PIPELINE
 from proxy.tokens import REPLY_PRIMING, TokenCounter, encoding_for
 from store.base import MemoryStore
 from tests.support.app import CHAT, make, settings_for
-from tests.test_coldpool import history
+from tests.support.messages import cold_history
 
 
 async def send_cold(aiohttp_client: Any, upstream: Any) -> tuple[Any, Any, Any]:
@@ -27,7 +27,7 @@ async def send_cold(aiohttp_client: Any, upstream: Any) -> tuple[Any, Any, Any]:
     pipeline = client.app[PIPELINE]
     pipeline.cold.min_bytes = 0  # whatever its size: it is cold
     with capture_logs() as logs:
-        resp = await client.post(CHAT, json={"model": "test-1", "messages": history()},
+        resp = await client.post(CHAT, json={"model": "test-1", "messages": cold_history()},
                                  headers={"X-Session-ID": "cold"})
     assert resp.status == 200, await resp.text()
     line = next(e for e in logs if e["event"] == "request")
@@ -49,11 +49,11 @@ async def test_a_cold_history_is_estimated_and_what_is_sent_is_counted(
     assert resp.headers["X-Ctxwarden-Evicted"] != "0"
     # plain-text contents were estimated (the equality above: the sent ones then counted);
     # a message with tool calls or content parts is counted whatever happens
-    infos = [pipeline.runtimes["test"].analyzer.cached(fingerprint(m)) for m in history()]
+    infos = [pipeline.runtimes["test"].analyzer.cached(fingerprint(m)) for m in cold_history()]
     estimated = [i for i in infos if i is not None and not i.exact]
     assert len(estimated) > len(infos) // 2
     assert all(isinstance(m.get("content"), str) and not m.get("tool_calls")
-               for m in history() if fingerprint(m) in {i.fp for i in estimated})
+               for m in cold_history() if fingerprint(m) in {i.fp for i in estimated})
 
 
 async def test_an_estimate_far_too_low_still_sends_a_counted_request_within_budget(

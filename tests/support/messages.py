@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.support.attachments import image_part, png, with_media
+
 # 200 real tau-bench trajectories (MIT, sierra-research/tau-bench@59a200c; see tests/data/).
 TAU = Path(__file__).resolve().parents[1] / "data" / "tau-bench-gpt-4o-airline.json"
 
@@ -45,4 +47,17 @@ def long_session(rounds: int) -> list[dict[str, Any]]:
         cid = f"call_{i}"
         msgs += [assistant(None, call(cid, "read_file", f'{{"path": "src/m{i}.py"}}')),
                  tool(cid, filler(250, f"m{i}")), assistant(f"Read m{i}."), user(f"next {i}")]
+    return msgs
+
+
+def cold_history(n: int = 6) -> list[dict[str, Any]]:
+    """Several real tau-bench trajectories back to back, with an image and a failed
+    command: a history a proxy sees whole for the first time."""
+    msgs: list[dict[str, Any]] = []
+    for t in tau_trajectories()[:n]:
+        msgs += [m for m in t["traj"] if m["role"] != "system" or not msgs]
+    msgs += [with_media("What does this chart show?", image_part(png(640, 480))),
+             assistant(None, call("sh1", "shell", '{"cmd": "make"}')),
+             tool("sh1", "Traceback (most recent call last):\n  File 'x.py'\nValueError"),
+             user("Why did that fail?")]
     return msgs
