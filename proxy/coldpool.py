@@ -49,7 +49,7 @@ _COUNTERS: dict[tuple[str, str], TokenCounter] = {}  # in the worker: one per to
 
 
 def _measure(encoding: str, model: str, messages: list[dict[str, Any]],
-             estimate: bool = True) -> list[Facts]:
+             estimate: bool) -> list[Facts]:
     """In the worker: `measure` each message with the route's tokenizer."""
     counter = _COUNTERS.get((encoding, model))
     if counter is None:

@@ -103,11 +103,12 @@ class Fitter:
         return fit
 
     def _count_kept(self, conv: Conversation, evicted: set[str]) -> bool:
-        """Count the estimated parts whose tokens the request would send (not a dropped
-        message's, not a stubbed result's); True if there were any."""
+        """Count the estimated parts the fit keeps; True if there were any. An evicted one
+        sends nothing of its own: it is dropped or stubbed (the evicted message that can
+        stay whole, a call whose results stay, has tool calls, and is never estimated)."""
         changed = False
         for p in conv.parts:
-            if p.info.exact or (p.chunk.id in evicted and p.role != "assistant"):
+            if p.info.exact or p.chunk.id in evicted:
                 continue
             p.info = counted(self.counter, p.info)
             p.chunk.tokens = p.info.tokens
