@@ -66,3 +66,33 @@ async def test_an_estimate_far_too_low_still_sends_a_counted_request_within_budg
     sent = upstream.history[-1].body["messages"]
     assert counted_here(sent) == int(resp.headers["X-Ctxwarden-Tokens-Out"]) <= line["budget"]
     assert resp.headers["X-Ctxwarden-Evicted"] != "0"
+
+
+async def test_the_next_turn_after_a_cold_history_keeps_its_prefix_byte_for_byte(
+        aiohttp_client: Any, upstream: Any) -> None:
+    """The stubs name their chunk's (estimated) size: the next turn, sent as an agent
+    sends it (the same history plus a reply and a question), must render them the same,
+    so the provider's prefix cache holds across the cold turn; also when another process
+    (a restart, a replica on the same store) serves it and sees the history cold again."""
+    from tests.support.messages import assistant, user
+
+    store = MemoryStore()
+    first = cold_history()
+    nxt = [*first, assistant("It failed on a missing module."), user("Which one?")]
+    sent: list[list[dict[str, Any]]] = []
+    for msgs in (first, nxt, nxt):  # this process, then the next turn twice: here, fresh
+        # observation masking stubs every tool result but the last ten (RWOE, here, drops
+        # whole call groups: nothing of an estimate would show)
+        settings = settings_for(upstream, policy="mask", context_window=16000)
+        if msgs is first or len(sent) == 2:
+            client = await make(aiohttp_client, settings, store)
+            client.app[PIPELINE].cold.min_bytes = 0
+        resp = await client.post(CHAT, json={"model": "test-1", "messages": msgs},
+                                 headers={"X-Session-ID": "cold"})
+        assert resp.status == 200, await resp.text()
+        assert counted_here(upstream.history[-1].body["messages"]) == int(
+            resp.headers["X-Ctxwarden-Tokens-Out"])
+        sent.append(upstream.history[-1].body["messages"])
+    assert any("offloaded as chunk" in str(m.get("content")) for m in sent[0])
+    assert sent[1][:len(sent[0])] == sent[0]
+    assert sent[2] == sent[1]
