@@ -93,8 +93,7 @@ class Fitter:
             if not self._count_kept(conv, fit.evicted):
                 return fit
             fit.tokens = self.cost(conv, fit.evicted)
-            fit.permanent_tokens = REPLY_PRIMING + sum(
-                p.chunk.tokens for p in conv.parts if p.chunk.klass is ChunkClass.PERMANENT)
+            fit.permanent_tokens = _permanent(conv)
             if fit.tokens <= budget:
                 return fit
             fit = self._fit(conv, sticky, budget, target, policy, ctx)
@@ -121,8 +120,7 @@ class Fitter:
         evicted = {p.chunk.id for p in parts
                    if p.chunk.id in sticky and p.chunk.klass is not ChunkClass.PERMANENT}
         fit = Fit(evicted=evicted)
-        fit.permanent_tokens = REPLY_PRIMING + sum(
-            p.chunk.tokens for p in parts if p.chunk.klass is ChunkClass.PERMANENT)
+        fit.permanent_tokens = _permanent(conv)
         if evicted and REPLY_PRIMING + sum(p.chunk.tokens for p in parts) <= budget:
             # Sticky decisions keep the prefix stable while a conversation is over budget;
             # they never shrink a request that fits whole (the client trimmed its history,
@@ -312,3 +310,9 @@ class Fitter:
             else:
                 out.append(msg)
         return out
+
+
+def _permanent(conv: Conversation) -> int:
+    """What the request costs at least: the reply's priming and its PERMANENT parts."""
+    return REPLY_PRIMING + sum(p.chunk.tokens for p in conv.parts
+                               if p.chunk.klass is ChunkClass.PERMANENT)
