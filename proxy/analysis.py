@@ -138,9 +138,14 @@ class MsgInfo:
 # exact).
 Facts = tuple[int, int, frozenset[str], bool, bool, bool]
 
-# Characters per o200k token on agent traffic, rounded down so an estimate errs high:
-# 3.1 on the generated 1,000-message histories (JSON, logs and prose), 3.3 on tau-bench.
+# Characters per o200k token on agent traffic, rounded down so an estimate tends high:
+# 3.1 on the generated 1,000-message histories (JSON, logs and prose), 3.3 on tau-bench;
+# English prose alone ~4.5 (estimated x1.5), dense JSON records ~2.8 (x0.95).
 CHARS_PER_TOKEN = 3.0
+# Text outside ASCII: Chinese and Japanese run ~1.3 characters a token (~3.9-4.1 UTF-8
+# bytes), Russian ~3.7 (~6.8 bytes). A character's bytes past the first, at this many a
+# token, cover both from above (`estimated`).
+EXTRA_BYTES_PER_TOKEN = 2.5
 
 
 def fingerprint(msg: dict[str, Any]) -> str:
@@ -168,8 +173,14 @@ def measure(counter: TokenCounter, msg: dict[str, Any], text: str,
 
 
 def estimated(counter: TokenCounter, text: str) -> int:
-    """An estimate of `counter.text(text)` from its length alone."""
-    return math.ceil(len(text) / CHARS_PER_TOKEN * counter.factor)
+    """An estimate of `counter.text(text)` from its length alone: characters at
+    CHARS_PER_TOKEN, or for text in a script of multi-byte characters their bytes past the
+    first at EXTRA_BYTES_PER_TOKEN, whichever is more (tests/test_estimates.py)."""
+    n = len(text) / CHARS_PER_TOKEN
+    if not text.isascii():
+        n = max(n, (len(text.encode("utf-8", "surrogatepass")) - len(text))
+                / EXTRA_BYTES_PER_TOKEN)
+    return math.ceil(n * counter.factor)
 
 
 def counted(counter: TokenCounter, info: MsgInfo) -> MsgInfo:
