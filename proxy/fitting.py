@@ -15,6 +15,7 @@ tool results are cut head-and-tail (`cut`): the middle is replaced by one marked
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,7 @@ CUT_MARKER = ("[ctxwarden: {cut} tokens cut from the middle of this {what} to fi
               "passages are recalled automatically]")
 MIN_KEEP = 64  # tokens of head + tail worth keeping; below that a cut does not help
 EXACT_ROUNDS = 2  # fits with estimated parts counted, before every part is counted
+RESCALE = 0.10  # counts off the estimates by more than this rescale the rest
 
 
 class Fitter:
@@ -85,34 +87,57 @@ class Fitter:
             policy: Policy, ctx: PolicyContext) -> Fit:
         """Sticky decisions, then the policy's ranking, down to `target` once over `budget`.
         A part whose content is only estimated (a cold history's: `analysis.measure`) is
-        counted once the fit keeps it; when the counted request is over `budget`, the fit
-        runs again with those counts (EXACT_ROUNDS times, then with every part counted),
-        so what is sent is always counted."""
+        counted once the fit keeps it, and what those counts say of the estimates (their
+        ratio) rescales the parts still estimated. When the counted request is over
+        `budget`, or the rescaling moved the estimates, the fit runs again (EXACT_ROUNDS
+        times, then with every part counted), so what is sent is always counted, and a
+        history whose text the estimate misjudges (prose: ×1.5) still fills the budget."""
         fit = self._fit(conv, sticky, budget, target, policy, ctx)
-        for _ in range(EXACT_ROUNDS):
-            if not self._count_kept(conv, fit.evicted):
+        guessed = found = 0  # kept contents so far: as estimated, as counted
+        scale = 1.0  # what the parts still estimated are scaled by
+        for round_ in range(EXACT_ROUNDS + 1):
+            sums = self._count_kept(conv, fit.evicted)
+            if sums is None:
                 return fit
+            guessed, found = guessed + sums[0], found + sums[1]
             fit.tokens = self.cost(conv, fit.evicted)
             fit.permanent_tokens = _permanent(conv)
-            if fit.tokens <= budget:
+            ratio = found / guessed if guessed else 1.0
+            moved = abs(ratio / scale - 1) > RESCALE
+            if moved:
+                scale = ratio
+                self._rescale(conv, scale)
+            if fit.tokens <= budget and not moved:
                 return fit
+            if round_ == EXACT_ROUNDS:
+                break
             fit = self._fit(conv, sticky, budget, target, policy, ctx)
-        if self._count_kept(conv, set()):
-            fit = self._fit(conv, sticky, budget, target, policy, ctx)
-        return fit
+        self._count_kept(conv, set())
+        return self._fit(conv, sticky, budget, target, policy, ctx)
 
-    def _count_kept(self, conv: Conversation, evicted: set[str]) -> bool:
-        """Count the estimated parts the fit keeps; True if there were any. An evicted one
-        sends nothing of its own: it is dropped or stubbed (the evicted message that can
-        stay whole, a call whose results stay, has tool calls, and is never estimated)."""
-        changed = False
+    def _count_kept(self, conv: Conversation, evicted: set[str]) -> tuple[int, int] | None:
+        """Count the estimated parts the fit keeps: their contents as estimated and as
+        counted, or None if there were none. An evicted one sends nothing of its own: it
+        is dropped or stubbed (the evicted message that can stay whole, a call whose
+        results stay, has tool calls, and is never estimated)."""
+        guessed = found = 0
         for p in conv.parts:
             if p.info.exact or p.chunk.id in evicted:
                 continue
+            guessed += p.info.content_tokens
             p.info = counted(self.counter, p.info)
             p.chunk.tokens = p.info.tokens
-            changed = True
-        return changed
+            found += p.info.content_tokens
+        return (guessed, found) if guessed or found else None
+
+    @staticmethod
+    def _rescale(conv: Conversation, scale: float) -> None:
+        """The parts still estimated, at `scale` times their estimate, for the fit only:
+        their info (what a stub says and the next turn sees) keeps the estimate."""
+        for p in conv.parts:
+            if not p.info.exact:
+                framing = p.info.tokens - p.info.content_tokens
+                p.chunk.tokens = framing + math.ceil(p.info.content_tokens * scale)
 
     def _fit(self, conv: Conversation, sticky: set[str], budget: int, target: int,
              policy: Policy, ctx: PolicyContext) -> Fit:

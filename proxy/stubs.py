@@ -17,7 +17,7 @@ def what(part: Part) -> str:
 def stub_text(part: Part) -> str:
     ids = digest(part)
     kept = f"; identifiers in it: {', '.join(ids)}" if ids else ""
-    return (f"[ctxwarden: {part.chunk.tokens} tokens of {what(part)} offloaded as chunk "
+    return (f"[ctxwarden: {part.info.tokens} tokens of {what(part)} offloaded as chunk "
             f"{part.chunk.id}; relevant passages are recalled automatically{kept}]")
 
 
@@ -39,7 +39,7 @@ def digest(part: Part) -> list[str]:
     text, rare = part.info.text, part.info.rare
     if not rare or not isinstance(text, str) or ('":' not in text and '" :' not in text):
         return []  # no record's fields in it (checked in C: most outputs are plain text)
-    room = int(part.chunk.tokens * DIGEST_CHARS_PER_TOKEN)
+    room = int(part.info.tokens * DIGEST_CHARS_PER_TOKEN)
     out: list[str] = []
     seen: set[str] = set()
     for m in WORD.finditer(text):

@@ -112,3 +112,28 @@ def test_an_estimate_is_near_the_count_in_english_json_and_other_scripts(
     counter = TokenCounter(encoding_for("openai/gpt-4o"), model="openai/gpt-4o")
     exact = counter.text(text)
     assert 0.9 * exact <= analysis.estimated(counter, text) <= 1.6 * exact
+
+
+async def test_a_cold_history_of_prose_fills_the_budget_as_a_counted_one_does(
+        aiohttp_client: Any, upstream: Any) -> None:
+    """Prose runs 4.5 characters a token, so its estimate is 1.5 times too high: the
+    first fit keeps two thirds of what would fit. What the kept parts counted to rescales
+    the rest, and the cold request forwards what counting everything would."""
+    words = ("the report says our team should review how the budget was spent last "
+             "quarter and whether the plan still holds given what customers told us").split()
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are helpful."}]
+    for i in range(300):
+        text = " ".join(words[(i * 7 + k) % len(words)] for k in range(90)) + f" ({i})."
+        msgs.append({"role": "user" if i % 2 == 0 else "assistant", "content": text})
+    msgs.append({"role": "user", "content": "So what did we decide?"})
+    out = []
+    for min_bytes in (0, 10**12):  # estimated, then counted
+        settings = settings_for(upstream, context_window=8000, max_output_tokens=1024)
+        client = await make(aiohttp_client, settings, MemoryStore())
+        client.app[PIPELINE].cold.min_bytes = min_bytes
+        resp = await client.post(CHAT, json={"model": "test-1", "messages": msgs})
+        assert resp.status == 200, await resp.text()
+        assert counted_here(upstream.history[-1].body["messages"]) == int(
+            resp.headers["X-Ctxwarden-Tokens-Out"])
+        out.append(int(resp.headers["X-Ctxwarden-Tokens-Out"]))
+    assert out[0] >= 0.95 * out[1] and out[1] > 5000
