@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from proxy import analysis
+from proxy import analysis, fitting
 from proxy.analysis import fingerprint
 from proxy.keys import PIPELINE
 from proxy.tokens import REPLY_PRIMING, TokenCounter, encoding_for
@@ -66,6 +66,27 @@ async def test_an_estimate_far_too_low_still_sends_a_counted_request_within_budg
     sent = upstream.history[-1].body["messages"]
     assert counted_here(sent) == int(resp.headers["X-Ctxwarden-Tokens-Out"]) <= line["budget"]
     assert resp.headers["X-Ctxwarden-Evicted"] != "0"
+
+
+async def test_a_cold_history_s_stubs_are_counted_when_sent_however_far_off_the_guess(
+        aiohttp_client: Any, upstream: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold history's stubs are guessed from their length until a fit sends them: guessed
+    1,000 characters a token (far too low), and with the contents' estimates never
+    rescaled (so the first fit stands unless its counted request is over the budget),
+    what reaches the upstream is still what the proxy counted."""
+    monkeypatch.setattr(fitting, "STUB_CHARS_PER_TOKEN", 1000.0)
+    monkeypatch.setattr(fitting, "RESCALE", 1e9)
+    client = await make(aiohttp_client, settings_for(upstream, policy="mask",
+                                                     context_window=16000), MemoryStore())
+    client.app[PIPELINE].cold.min_bytes = 0
+    with capture_logs() as logs:
+        resp = await client.post(CHAT, json={"model": "test-1", "messages": cold_history()},
+                                 headers={"X-Session-ID": "cold"})
+    assert resp.status == 200, await resp.text()
+    budget = next(e for e in logs if e["event"] == "request")["budget"]
+    sent = upstream.history[-1].body["messages"]
+    assert sum("offloaded as chunk" in str(m.get("content")) for m in sent) >= 10
+    assert counted_here(sent) == int(resp.headers["X-Ctxwarden-Tokens-Out"]) <= budget
 
 
 async def test_the_next_turn_after_a_cold_history_keeps_its_prefix_byte_for_byte(
