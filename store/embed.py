@@ -269,12 +269,15 @@ class SentenceTransformerEmbedder(CachedEmbedder):
     name = "sentence-transformers"
 
     def __init__(self, model: str = PACKAGED_MODEL, batch_size: int = 8,
-                 cache_size: int = 20_000, max_queued: int = 4096) -> None:
+                 cache_size: int = 20_000, max_queued: int = 4096,
+                 precision: str = "auto") -> None:
         super().__init__(cache_size)
         self.model = model
         self.batch_size = batch_size
+        # "auto": bfloat16 where the CPU computes it natively and the vectors agree
+        # (store/embedproc.py `_bf16`), else float32
         self.process = EmbedProcess(model, batch_size=batch_size, max_queued=max_queued,
-                                    resolve=resolve_model)
+                                    resolve=resolve_model, precision=precision)
 
     @property
     def dim(self) -> int | None:

@@ -103,6 +103,33 @@ async def test_embed_within_and_nowait_fill_the_parents_cache() -> None:
     assert np.allclose(both, await emb.embed([other, text]))
 
 
+async def test_the_vectors_agree_with_float32s_whatever_the_precision_chosen() -> None:
+    """"auto" computes in bfloat16 where the CPU does natively (this machine: AVX512-BF16)
+    and only if its vectors agree with float32's; a child asked for float32 computes
+    float32, and both give the same vectors to within that agreement."""
+    from store.embedproc import BF16_AGREEMENT
+
+    auto = get_embedder("local", "all-MiniLM-L6-v2")
+    exact = SentenceTransformerEmbedder(precision="float32")
+    try:
+        await asyncio.gather(auto.load(), exact.load())
+        assert exact.process.computes == "float32"
+        assert auto.process.computes in ("float32", "bfloat16")
+        texts = ["The staging database runs on pg-stg-7741.internal, port 5433.",
+                 "Which check went red in the earlier test run?",
+                 '{"flight_number": "HAT017", "status": "delayed", "gate": "B12"}']
+        a, b = await exact.embed(texts), await auto.embed(texts)
+        assert float(np.sum(a * b, axis=1).min()) >= BF16_AGREEMENT
+    finally:
+        exact.close()
+
+
+def test_an_unknown_precision_is_refused() -> None:
+    with pytest.raises(ValueError) as err:
+        SentenceTransformerEmbedder(precision="fp8")
+    assert str(err.value) == "Unknown precision: fp8 (one of auto, float32, bfloat16)"
+
+
 async def test_a_model_still_loading_does_not_answer_now() -> None:
     """A request must not wait for an embedder whose model is not loaded yet."""
     own = SentenceTransformerEmbedder("all-MiniLM-L6-v2")  # its own child, not the shared
