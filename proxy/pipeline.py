@@ -123,6 +123,10 @@ class Pipeline:
             # cold history's is half in a worker process: proxy/coldpool.py).
             load = None if state.loaded else asyncio.ensure_future(
                 self._load(state, tenant, sid))
+            recall = rt.route.recall  # a question's vector: asked for first, used in relate
+            asked = self.relater.prefetch(state.vectors, body["messages"],
+                                          recall.question_vector_wait_ms
+                                          if recall.enabled else 0)
             with contextlib.ExitStack() as hush:  # a cold history: the embedder waits
                 try:
                     known = await self.cold.infos(
@@ -131,7 +135,7 @@ class Pipeline:
                 finally:
                     if load is not None:
                         await load
-                prepared = await self._prepare(rt, body, tenant, sid, state, known)
+                prepared = await self._prepare(rt, body, tenant, sid, state, known, asked)
                 if not defer:
                     await prepared.commit()
             self.sessions.account(tenant, sid, state)
@@ -149,7 +153,8 @@ class Pipeline:
         state.loaded = True
 
     async def _prepare(self, rt: RouteRuntime, body: dict[str, Any], tenant: str, session: str,
-                       state: SessionState, known: tuple[list[MsgInfo], int]) -> Prepared:
+                       state: SessionState, known: tuple[list[MsgInfo], int],
+                       asked: str | None = None) -> Prepared:
         """validate and route happened at the edge; here: chunk → relate → fit → recall →
         assemble → offload and log (one durable store call) → the body to forward."""
         messages: list[dict[str, Any]] = body["messages"]
@@ -168,7 +173,8 @@ class Pipeline:
         rel = self.relater.relate(state.index, state.vectors, state.meta, conv,
                                   settings.vector_wait_ms if settings.enabled else 0,
                                   settings.min_similarity, settings.related_words,
-                                  settings.question_vector_wait_ms if settings.enabled else 0)
+                                  settings.question_vector_wait_ms if settings.enabled else 0,
+                                  asked)
         # fit: sticky decisions, then the policy, down to the watermark; cut if must
         tools_tokens = rt.counter.request_extras(body)  # tools, functions, schemas
         room, reserved = rt.room(body, tools_tokens)

@@ -22,8 +22,18 @@ from typing import Any
 
 import structlog
 
+from proxy.analysis import text_of
 from proxy.chunking import Conversation
-from proxy.recall import ChunkMeta, Related, Step, current_step, related_of, search
+from proxy.recall import (
+    QUERY_CHARS,
+    ChunkMeta,
+    Related,
+    Step,
+    asking,
+    current_step,
+    related_of,
+    search,
+)
 from store.quiet import QUIET
 from store.related import RelatedWords, related_words
 from store.relevance import Hit, RelevanceIndex
@@ -58,10 +68,27 @@ class Relater:
         self._embedding = 0  # passages of the batch the embedder has now
         self._drains: dict[int, asyncio.Task[None]] = {}  # id(index) -> its drain
 
+    def prefetch(self, vectors: Vectors | None, messages: list[dict[str, Any]],
+                 question_wait_ms: int) -> str | None:
+        """A question's vector, asked for as soon as its body is parsed: the request it
+        comes in would wait for it (`relate`) after its analysis, chunking and fit; asked
+        now, the model works meanwhile. Only where `relate` would wait for it (the
+        session's passages embedded, the embedder idle); the question's words if asked."""
+        if (self.embedder is None or vectors is None or question_wait_ms <= 0
+                or not messages or messages[-1].get("role") != "user"
+                or vectors.waiting > CAUGHT_UP):
+            return None
+        words = text_of(messages[-1])[-QUERY_CHARS:]
+        if (not words or not asking(words) or self.embedder.cached(words) is not None
+                or not self.embedder.answers_now()):
+            return None
+        return words if self.embedder.embed_nowait([words]) else None
+
     def relate(self, index: RelevanceIndex, vectors: Vectors | None,
                meta: dict[str, ChunkMeta], conv: Conversation, wait_ms: int,
                min_similarity: float = 0.5, related_similarity: float = 1.0,
-               question_wait_ms: int = 0) -> Relevance:
+               question_wait_ms: int = 0, asked: str | None = None) -> Relevance:
+        """`asked`: the question whose vector `prefetch` asked for (it is in flight)."""
         for p in conv.parts:
             index.add(p.chunk.id, p.info.text)
             if p.tool_name and not index.annotated(p.chunk.id):  # about what its call asked
@@ -85,7 +112,7 @@ class Relater:
             if qv is not None:
                 rel.vectors = _matches(index, vectors, qv, step)
                 _blend(rel.similarity, rel.vectors, min_similarity)
-            elif wait_ms > 0 and self.embedder.answers_now():
+            elif wait_ms > 0 and (asked == step.words or self.embedder.answers_now()):
                 rel.query_vector = asyncio.ensure_future(
                     self.embedder.embed_within([step.words], wait_ms / 1000))
             else:  # loading or busy: no wait can pay off; it lands for the next turn

@@ -541,6 +541,40 @@ async def test_a_question_waits_for_its_vector_when_the_embedder_has_caught_up(
                            for r in reasons), reasons
 
 
+async def test_a_questions_vector_is_asked_for_before_its_request_is_analysed(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """As soon as the body is parsed, not after the analysis, chunking and fit it would
+    wait behind: the model works meanwhile. One job serves the request's wait, and the
+    question still brings back its nearest evicted passage by vector."""
+    from proxy.analysis import fingerprint
+    from proxy.keys import PIPELINE
+    from tests.support.fakes import TopicEmbedder
+
+    ask = "How much money is there for cloud, staff, travel and hardware?"
+    analysed: list[bool] = []
+
+    class Recording(TopicEmbedder):
+        def _start(self, texts: list[str], urgent: bool) -> Any:
+            if texts == [ask]:
+                rt = next(iter(app[PIPELINE].runtimes.values()))
+                analysed.append(rt.analyzer.cached(fingerprint(user(ask))) is not None)
+            return super()._start(texts, urgent)
+
+    embedder = Recording(FIVE_TOPICS)
+    app = init_app(settings(upstream, recall={"related_words": 1.0}, safety_margin=0.05),
+                   store=EmbeddingStore(embedder))
+    client = await aiohttp_client(app)
+    history = agent_session(16)
+    history[5] = {**history[5], "content": MEMO}
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+        await app[PIPELINE].relater.flush()
+    resp = await post(client, [*history, assistant("Done."), user(ask)])
+    assert analysed == [False]  # asked for once, before the question was analysed
+    assert resp.headers["X-Ctxwarden-Recalled"] != "0"
+    assert "4,140 EUR" in upstream.history[-1].body["messages"][-1]["content"]
+
+
 async def test_a_question_does_not_wait_while_the_sessions_passages_are_being_embedded(
         aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
     """Back to back the embedder lags: a question's vector would find nothing embedded to
