@@ -96,11 +96,12 @@ class Plan:
     warm_s: float  # longest wait for the embedders after the warm-up
     drain_s: float  # longest wait for the embedder between phases
     seed: int = 0
+    alone: bool = False  # RWOE's paced sessions once more, its proxy alone (latency)
 
 
 FULL = Plan(per_kind=3, lo=3.0, hi=10.0, paced=agentgen.KINDS, paced_lo=3.0, paced_hi=5.0,
             paced_facts=2, paced_turns=None, cold=18, long_reps=5, tau=40, warm=25, warm_s=180.0,
-            drain_s=120.0)
+            drain_s=120.0, alone=True)
 #: ≤ 3 minutes for four policies: the paced run is one small session (1.2 windows, one fact
 #: of each kind), so its figures are a smoke test, not a measurement
 QUICK = Plan(per_kind=1, lo=3.0, hi=3.5, paced=("coding",), paced_lo=1.2, paced_hi=1.2,
@@ -300,23 +301,29 @@ class Workload:
     cold: list[Case]
     long: list[Session]  # one per repetition: each is new to the proxy, content and all
     tau: list[dict[str, Any]]
+    alone: list[Session] = field(default_factory=list)  # paced, RWOE's proxy alone
 
 
 def workload(plan: Plan, meter: Meter) -> Workload:
     b2b = agentgen.sessions(plan.per_kind, plan.seed, WINDOW, plan.lo, plan.hi,
                             tokens=meter.tokens)
-    paced = [agentgen.generate(kind, random.Random(f"{plan.seed}:paced:{kind}"),
-                               int(WINDOW * (plan.paced_lo + (plan.paced_hi - plan.paced_lo)
-                                             * i / max(1, len(plan.paced) - 1))),
-                               plan.paced_facts, tokens=meter.tokens)
-             for i, kind in enumerate(plan.paced)]
+    def paced_of(label: str) -> list[Session]:
+        return [agentgen.generate(kind, random.Random(f"{plan.seed}:{label}:{kind}"),
+                                  int(WINDOW * (plan.paced_lo + (plan.paced_hi - plan.paced_lo)
+                                                * i / max(1, len(plan.paced) - 1))),
+                                  plan.paced_facts, tokens=meter.tokens)
+                for i, kind in enumerate(plan.paced)]
+    paced = paced_of("paced")
+    # their own content: the paced run's vectors (questions included) are in the
+    # embedder's cache, and a question found there waits for nothing
+    alone = paced_of("alone") if plan.alone else []
     rng = random.Random(plan.seed)
     pool = [(s, f) for s in b2b for f in s.facts]
     rng.shuffle(pool)
     cold = [(agentgen.cold_case(s, f, rng), f, s.tools) for s, f in pool[:plan.cold]]
     tau = json.loads(TAU.read_text())[:plan.tau]  # issue 10 measured the first 40
     long = [agentgen.long_history(plan.seed * 1000 + i) for i in range(plan.long_reps)]
-    return Workload(b2b, paced, cold, long, tau)
+    return Workload(b2b, paced, cold, long, tau, alone)
 
 
 @dataclass
@@ -324,6 +331,7 @@ class PolicyResult:
     policy: str
     b2b: Phase | None = None
     paced: Phase | None = None
+    alone: Phase | None = None  # paced, this proxy the only one working
     cold: Phase | None = None
     long: Phase | None = None
     tau: Phase | None = None
@@ -418,12 +426,19 @@ class PolicyRun:
             await loop.session(t["traj"], f"tau-{self.policy}-{t['task_id']}-{t['trial']}")
         return phase
 
-    async def run(self, w: Workload, plan: Plan, say: Callable[[str], None]) -> PolicyResult:
-        """Every phase but the paced one (which `measure` runs for all policies at once)."""
+    async def run(self, w: Workload, plan: Plan, say: Callable[[str], None],
+                  pause: float = 1.5) -> PolicyResult:
+        """Every phase but the paced one (which `measure` runs for all policies at once);
+        RWOE's paced sessions again with its proxy alone (`plan.alone`): there a question
+        waits for its vector, which the side-by-side run's busy embedders rarely allow."""
         r = self.result
         say(f"{self.policy}: back to back")
         r.b2b = await self.sessions(w.b2b, 0.0, "b2b")
         await self.drain("after back to back", plan.drain_s)
+        if plan.alone and self.policy == "rwoe":
+            say(f"{self.policy}: paced, its proxy alone")
+            r.alone = await self.sessions(w.alone, pause, "alone", plan.paced_turns)
+            await self.drain("after paced alone", plan.drain_s)
         say(f"{self.policy}: tau-bench")
         r.tau = await self.tau(w.tau)
         say(f"{self.policy}: cold histories")
@@ -472,7 +487,7 @@ async def measure(plan: Plan, policies: tuple[str, ...] = POLICIES, pause: float
             await asyncio.gather(*(r.drain("after paced", plan.warm_s) for r in ready))
             for run, ok in zip(runs, started, strict=True):
                 if ok:
-                    await run.run(w, plan, say)
+                    await run.run(w, plan, say, pause)
                 else:
                     say(f"{run.policy}: skipped ({run.result.skipped})")
                 run.close()
@@ -577,6 +592,14 @@ def verdicts(results: list[PolicyResult], oracle_tau_hits: float,
     if rw.paced is not None:
         out.append(f"- facts kept paced: {_f(rw.paced.facts.share())} (no target; "
                    "issue 10's baseline 0.83).")
+    if rw.alone is not None:
+        a50, a95 = rw.alone.overhead_q(0.5), rw.alone.overhead_q(0.95)
+        out.append(f"- overhead paced, RWOE's proxy alone (sessions of the same shape, new "
+                   f"content): "
+                   f"p50 {_f(a50, '.1f')} ms ≤ 5: {_met(a50 <= 5)}; p95 {_f(a95, '.1f')} ms "
+                   f"≤ 15: {_met(a95 <= 15)} (a question waits for its own vector here, "
+                   f"`recall.question_vector_wait_ms`); facts kept "
+                   f"{_f(rw.alone.facts.share())} ({_kinds(rw.alone.facts)}).")
     out.append(f"- cold-history evidence ≥ 0.8: {_f(rw.cold.facts.share())}: "
                f"{_met(rw.cold.facts.share() >= 0.8)}.")
     hits = rw.tau.stats.hit_rate
@@ -665,7 +688,11 @@ def describe(w: Workload, plan: Plan, pause: float, meter: Meter) -> str:
                if plan is QUICK else "") + "; every policy's paced sessions run side by "
             "side, one request in flight at a time, so the paced timings are taken while "
             "the other proxies' embedders work between turns (back to back, each policy "
-            f"is measured while the others are idle). {len(w.cold)} cold whole histories; "
+            "is measured while the others are idle)."
+            + (" Paced with RWOE's proxy alone (its embedder free to answer a question "
+               f"at once): {span(w.alone, plan.paced_turns)}, the same shape with new "
+               "content." if w.alone else "")
+            + f" {len(w.cold)} cold whole histories; "
             f"{len(w.tau)} tau-bench trajectories at {TAU_WINDOW:,} tokens "
             f"({TAU_MAX_OUT} reserved). Seed {plan.seed}.")
 
