@@ -58,7 +58,8 @@ def make_store(settings: Settings) -> Store:
     from store.embed import get_embedder
     from store.lance import LanceStore
 
-    embedder = get_embedder(settings.store.embedder, settings.store.embed_model)
+    embedder = get_embedder(settings.store.embedder, settings.store.embed_model,
+                            precision=settings.store.embed_precision)
     st = settings.store
     if st.shared:  # committed before forwarding; reads see every replica's commits
         return LanceStore(st.path, embedder, storage_options=st.options(), wal=False,

@@ -354,26 +354,32 @@ def _field(item: Any, name: str) -> Any:
     return item[name] if isinstance(item, dict) else getattr(item, name)
 
 
-_SHARED: dict[tuple[str, str], CachedEmbedder] = {}
+_SHARED: dict[tuple[str, str, str], CachedEmbedder] = {}
 
 
-def get_embedder(name: str, model: str, **kwargs: Any) -> CachedEmbedder:
+def get_embedder(name: str, model: str, precision: str = "auto",
+                 **kwargs: Any) -> CachedEmbedder:
     """`store.embedder` names: "sentence-transformers" (alias "local") or "litellm".
+    `precision` (`store.embed_precision`) is the local model's; a remote one computes as
+    its provider does.
 
-    Without extra arguments an embedder is shared per (name, model) in the process: one
-    model in memory and one cache, however many stores (or tests) use it."""
+    Without extra arguments an embedder is shared per (name, model, precision) in the
+    process: one model in memory and one cache, however many stores (or tests) use it."""
     factory: Callable[..., CachedEmbedder]
+    own: dict[str, Any] = {}  # the options a shared embedder is keyed by
     if name in ("sentence-transformers", "sentence_transformers", "local"):
         factory, name = SentenceTransformerEmbedder, SentenceTransformerEmbedder.name
+        own = {"precision": precision}
     elif name == "litellm":
         factory = LiteLLMEmbedder
     else:
         raise UnknownEmbedder(f"Unknown embedder: {name}")
     if kwargs:
-        return factory(model, **kwargs)
-    if (name, model) not in _SHARED:
-        _SHARED[name, model] = factory(model)
-    return _SHARED[name, model]
+        return factory(model, **own, **kwargs)
+    key = (name, model, precision)
+    if key not in _SHARED:
+        _SHARED[key] = factory(model, **own)
+    return _SHARED[key]
 
 
 def close_shared() -> None:

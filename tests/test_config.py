@@ -68,6 +68,8 @@ def test_env_overrides_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         ("routes:\n  - {name: a, upstream: {model: openai/x}}\n"
          "  - {name: a, upstream: {model: openai/y}}\n", "duplicate route name 'a'"),
         ("routes: [\n", "cannot read config"),
+        ("store: {embed_precision: fp8}\n",
+         "store.embed_precision: Input should be 'auto', 'float32' or 'bfloat16'"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path: Path, text: str, needle: str) -> None:
@@ -90,6 +92,19 @@ def test_store_wal_dir_reaches_the_store(tmp_path: Path) -> None:
     assert isinstance(store, LanceStore) and store.wal_dir == tmp_path / "wal"
     default = make_store(Settings(store={"path": str(tmp_path / "db2")}))
     assert isinstance(default, LanceStore) and default.wal_dir == tmp_path / "db2" / "_wal"
+
+
+def test_store_embed_precision_reaches_the_embedder(tmp_path: Path) -> None:
+    """`store.embed_precision` is the local model's (a child is started only when used)."""
+    from proxy.app import make_store
+    from store.embed import SentenceTransformerEmbedder
+
+    for precision in ("float32", "auto"):
+        store = make_store(Settings(store={"path": str(tmp_path / precision),
+                                           "embed_precision": precision}))
+        embedder = getattr(store, "embedder", None)
+        assert isinstance(embedder, SentenceTransformerEmbedder)
+        assert embedder.process.precision == precision
 
 
 def test_recall_budget_is_a_share_of_the_room_with_a_floor() -> None:
