@@ -87,8 +87,11 @@ class Relater:
     def relate(self, index: RelevanceIndex, vectors: Vectors | None,
                meta: dict[str, ChunkMeta], conv: Conversation, wait_ms: int,
                min_similarity: float = 0.5, related_similarity: float = 1.0,
-               question_wait_ms: int = 0, asked: str | None = None) -> Relevance:
-        """`asked`: the question whose vector `prefetch` asked for (it is in flight)."""
+               question_wait_ms: int = 0, asked: str | None = None,
+               clear: float = 1.0) -> Relevance:
+        """`asked`: the question whose vector `prefetch` asked for (it is in flight).
+        `clear`: the lexical strength at which a match is clear (`recall.min_relevance`):
+        a question with one outside itself does not wait for its own vector."""
         for p in conv.parts:
             index.add(p.chunk.id, p.info.text)
             if p.tool_name and not index.annotated(p.chunk.id):  # about what its call asked
@@ -107,7 +110,8 @@ class Relater:
         self.feed(vectors)
         if step.words:
             qv = self.embedder.cached(step.words)
-            if step.asks and vectors.waiting <= CAUGHT_UP:  # the passages have vectors
+            if (step.asks and vectors.waiting <= CAUGHT_UP  # the passages have vectors
+                    and not _clear(hits, step, clear)):
                 wait_ms = max(wait_ms, question_wait_ms)
             if qv is not None:
                 rel.vectors = _matches(index, vectors, qv, step)
@@ -216,6 +220,15 @@ class Relater:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+
+def _clear(hits: list[Hit], step: Step, floor: float) -> bool:
+    """Lexical matching found a passage outside the question itself as strong as recall
+    wants (`floor`): what the question asks is there in its own words, and its vector
+    would add little. On 54 paced fact questions (seed 0, three session sets) the two
+    that only the vector found had none above 0.20; waiting only without one skips ~70 %
+    of the waits (docs/design-notes.md)."""
+    return any(h.strength >= floor and h.chunk_id not in step.source for h in hits)
 
 
 def _matches(index: RelevanceIndex, vectors: Vectors, qv: Any,

@@ -575,6 +575,45 @@ async def test_a_questions_vector_is_asked_for_before_its_request_is_analysed(
     assert "4,140 EUR" in upstream.history[-1].body["messages"][-1]["content"]
 
 
+async def test_a_question_its_own_words_find_clearly_does_not_wait_for_its_vector(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """The embedder has caught up, but the question names what it asks ("spending
+    ceiling"): lexical matching finds the memo as strongly as recall wants, so the
+    question does not wait for its vector (here it never comes: a wait would last 1 s)
+    and the memo comes back all the same."""
+    from concurrent.futures import Future
+
+    from proxy.keys import PIPELINE
+    from tests.support.fakes import TopicEmbedder
+
+    ask = "What spending ceiling was approved?"
+
+    class NoAnswer(TopicEmbedder):
+        def _start(self, texts: list[str], urgent: bool) -> Any:
+            if texts == [ask]:
+                self.calls.append(list(texts))
+                return Future()  # never done
+            return super()._start(texts, urgent)
+
+    embedder = NoAnswer(FIVE_TOPICS)
+    app = init_app(settings(upstream, recall={"question_vector_wait_ms": 1000},
+                            safety_margin=0.05), store=EmbeddingStore(embedder))
+    client = await aiohttp_client(app)
+    history = agent_session(16)
+    history[5] = {**history[5], "content": MEMO}
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+        await app[PIPELINE].relater.flush()
+    assert "4,140" not in json.dumps(upstream.history[-1].body["messages"])
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    resp = await post(client, [*history, assistant("Done."), user(ask)])
+    assert loop.time() - started < 0.5  # never the 1 s wait
+    assert [ask] in embedder.calls  # asked for all the same: it lands for later turns
+    assert resp.headers["X-Ctxwarden-Recalled"] != "0"
+    assert "4,140 EUR" in upstream.history[-1].body["messages"][-1]["content"]
+
+
 async def test_a_question_does_not_wait_while_the_sessions_passages_are_being_embedded(
         aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
     """Back to back the embedder lags: a question's vector would find nothing embedded to
