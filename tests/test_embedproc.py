@@ -110,6 +110,7 @@ async def test_the_vectors_agree_with_float32s_whatever_the_precision_chosen() -
     from store.embedproc import BF16_AGREEMENT
 
     auto = get_embedder("local", "all-MiniLM-L6-v2")
+    assert isinstance(auto, SentenceTransformerEmbedder)
     exact = SentenceTransformerEmbedder(precision="float32")
     try:
         await asyncio.gather(auto.load(), exact.load())
