@@ -128,7 +128,8 @@ def _in_bf16(st: Any, torch: Any, precision: str) -> Any:
 
 def child_main(conn: Connection, model: str, batch_size: int,
                precision: str = "auto") -> None:
-    """Load the model once, then answer (job id, texts) with (job id, "ok", vectors)."""
+    """Load the model once, then answer (job id, texts, urgent) with (job id, "ok",
+    vectors)."""
     _die_with_parent()
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = "1"  # one core at most, before torch loads its thread pools
