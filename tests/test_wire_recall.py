@@ -508,17 +508,12 @@ MEMO = "\n".join(["Procurement memo.", "Spending ceiling approved: 4,140 EUR.",
                   *[f"Line item {i}: reviewed." for i in range(40)]])
 
 
-async def test_a_question_waits_for_its_vector_when_the_embedder_has_caught_up(
-        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
-    """A paced loop: every passage is embedded between turns. A question that shares no
-    word with the memo (related words off) waits for its own vector and brings back its
-    nearest evicted passage, though the cosine (0.45) is under min_similarity; the same
-    words as a statement do not (no wait, no recall under min_similarity)."""
-    from proxy.keys import PIPELINE
-    from tests.support.fakes import TopicEmbedder
-
-    embedder = TopicEmbedder(FIVE_TOPICS)
-    app = init_app(settings(upstream, recall={"related_words": 1.0}, safety_margin=0.05),
+async def memo_evicted(aiohttp_client: ClientFactory, upstream: UpstreamServer,
+                       embedder: Any, recall: dict[str, Any]
+                       ) -> tuple[TestClient[Any, Any], list[dict[str, Any]]]:
+    """A paced loop on `embedder` (each turn's passages embedded before the next) whose
+    session s-1 has evicted the memo: (the client, the history so far)."""
+    app = init_app(settings(upstream, recall=recall, safety_margin=0.05),
                    store=EmbeddingStore(embedder))
     client = await aiohttp_client(app)
     history = agent_session(16)
@@ -527,6 +522,19 @@ async def test_a_question_waits_for_its_vector_when_the_embedder_has_caught_up(
         await post(client, history[:end])
         await app[PIPELINE].relater.flush()
     assert "4,140" not in json.dumps(upstream.history[-1].body["messages"])
+    return client, history
+
+
+async def test_a_question_waits_for_its_vector_when_the_embedder_has_caught_up(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """A paced loop: every passage is embedded between turns. A question that shares no
+    word with the memo (related words off) waits for its own vector and brings back its
+    nearest evicted passage, though the cosine (0.45) is under min_similarity; the same
+    words as a statement do not (no wait, no recall under min_similarity)."""
+    from tests.support.fakes import TopicEmbedder
+
+    client, history = await memo_evicted(aiohttp_client, upstream,
+                                         TopicEmbedder(FIVE_TOPICS), {"related_words": 1.0})
     done = [*history, assistant("Done.")]
     said = "We must fund cloud, staff, travel and hardware with that money."
     await post(client, [*done, user(said)], sid="s-2")  # another session, same history
@@ -547,7 +555,6 @@ async def test_a_questions_vector_is_asked_for_before_its_request_is_analysed(
     wait behind: the model works meanwhile. One job serves the request's wait, and the
     question still brings back its nearest evicted passage by vector."""
     from proxy.analysis import fingerprint
-    from proxy.keys import PIPELINE
     from tests.support.fakes import TopicEmbedder
 
     ask = "How much money is there for cloud, staff, travel and hardware?"
@@ -556,19 +563,12 @@ async def test_a_questions_vector_is_asked_for_before_its_request_is_analysed(
     class Recording(TopicEmbedder):
         def _start(self, texts: list[str], urgent: bool) -> Any:
             if texts == [ask]:
-                rt = next(iter(app[PIPELINE].runtimes.values()))
+                rt = next(iter(client.app[PIPELINE].runtimes.values()))
                 analysed.append(rt.analyzer.cached(fingerprint(user(ask))) is not None)
             return super()._start(texts, urgent)
 
-    embedder = Recording(FIVE_TOPICS)
-    app = init_app(settings(upstream, recall={"related_words": 1.0}, safety_margin=0.05),
-                   store=EmbeddingStore(embedder))
-    client = await aiohttp_client(app)
-    history = agent_session(16)
-    history[5] = {**history[5], "content": MEMO}
-    for end in range(4, len(history) + 1, 2):
-        await post(client, history[:end])
-        await app[PIPELINE].relater.flush()
+    client, history = await memo_evicted(aiohttp_client, upstream,
+                                         Recording(FIVE_TOPICS), {"related_words": 1.0})
     resp = await post(client, [*history, assistant("Done."), user(ask)])
     assert analysed == [False]  # asked for once, before the question was analysed
     assert resp.headers["X-Ctxwarden-Recalled"] != "0"
@@ -583,7 +583,6 @@ async def test_a_question_its_own_words_find_clearly_does_not_wait_for_its_vecto
     and the memo comes back all the same."""
     from concurrent.futures import Future
 
-    from proxy.keys import PIPELINE
     from tests.support.fakes import TopicEmbedder
 
     ask = "What spending ceiling was approved?"
@@ -596,15 +595,8 @@ async def test_a_question_its_own_words_find_clearly_does_not_wait_for_its_vecto
             return super()._start(texts, urgent)
 
     embedder = NoAnswer(FIVE_TOPICS)
-    app = init_app(settings(upstream, recall={"question_vector_wait_ms": 1000},
-                            safety_margin=0.05), store=EmbeddingStore(embedder))
-    client = await aiohttp_client(app)
-    history = agent_session(16)
-    history[5] = {**history[5], "content": MEMO}
-    for end in range(4, len(history) + 1, 2):
-        await post(client, history[:end])
-        await app[PIPELINE].relater.flush()
-    assert "4,140" not in json.dumps(upstream.history[-1].body["messages"])
+    client, history = await memo_evicted(aiohttp_client, upstream, embedder,
+                                         {"question_vector_wait_ms": 1000})
     loop = asyncio.get_running_loop()
     started = loop.time()
     resp = await post(client, [*history, assistant("Done."), user(ask)])
