@@ -270,12 +270,12 @@ class SentenceTransformerEmbedder(CachedEmbedder):
 
     def __init__(self, model: str = PACKAGED_MODEL, batch_size: int = 8,
                  cache_size: int = 20_000, max_queued: int = 4096,
-                 precision: str = "auto") -> None:
+                 precision: str = "float32") -> None:
         super().__init__(cache_size)
         self.model = model
         self.batch_size = batch_size
         # "auto": bfloat16 where the CPU computes it natively and the vectors agree
-        # (store/embedproc.py `_in_bf16`), else float32
+        # (store/embedproc.py `_in_bf16`), else float32; float32 by default (memory)
         self.process = EmbedProcess(model, batch_size=batch_size, max_queued=max_queued,
                                     resolve=resolve_model, precision=precision)
 
@@ -357,7 +357,7 @@ def _field(item: Any, name: str) -> Any:
 _SHARED: dict[tuple[str, str, str], CachedEmbedder] = {}
 
 
-def get_embedder(name: str, model: str, precision: str = "auto",
+def get_embedder(name: str, model: str, precision: str = "float32",
                  **kwargs: Any) -> CachedEmbedder:
     """`store.embedder` names: "sentence-transformers" (alias "local") or "litellm".
     `precision` (`store.embed_precision`) is the local model's; a remote one computes as

@@ -107,7 +107,10 @@ def _in_bf16(st: Any, torch: Any, precision: str) -> Any:
     15.8 -> 11.0 ms back to back, ~15 ms either way after 1.5 s idle (noisy). The vectors
     stay within 0.002 of float32's (a unit's cosine to its own float32 vector: 0.998 at
     the 1st percentile; pairwise cosines within 0.008; the same top 10 for each of four
-    questions over 384 units). Elsewhere bfloat16 is emulated, and slower."""
+    questions over 384 units). Elsewhere bfloat16 is emulated, and slower. Not the
+    default: the child in bfloat16 held 931 MB after loading where float32's holds 627,
+    and 1,324 MB after the bench's back-to-back phase where float32's held 750; neither
+    malloc_trim nor a smaller oneDNN primitive cache gave it back (docs/design-notes.md)."""
     if precision == "float32":
         return None
     if precision == "auto":
@@ -127,7 +130,7 @@ def _in_bf16(st: Any, torch: Any, precision: str) -> Any:
 
 
 def child_main(conn: Connection, model: str, batch_size: int,
-               precision: str = "auto") -> None:
+               precision: str = "float32") -> None:
     """Load the model once, then answer (job id, texts, urgent) with (job id, "ok",
     vectors)."""
     _die_with_parent()
@@ -212,7 +215,8 @@ class EmbedProcess:
     """`submit` jobs from any thread; one child process computes them, one at a time."""
 
     def __init__(self, model: str, *, batch_size: int = 8, max_queued: int = 4096,
-                 resolve: Callable[[str], str] = lambda m: m, precision: str = "auto") -> None:
+                 resolve: Callable[[str], str] = lambda m: m,
+                 precision: str = "float32") -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"Unknown precision: {precision} (one of {', '.join(PRECISIONS)})")
         self.model = model

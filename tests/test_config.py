@@ -99,6 +99,7 @@ def test_store_embed_precision_reaches_the_embedder(tmp_path: Path) -> None:
     from proxy.app import make_store
     from store.embed import SentenceTransformerEmbedder
 
+    assert Settings().store.embed_precision == "float32"  # the default: bfloat16's memory
     for precision in ("float32", "auto"):
         store = make_store(Settings(store={"path": str(tmp_path / precision),
                                            "embed_precision": precision}))

@@ -105,13 +105,13 @@ async def test_embed_within_and_nowait_fill_the_parents_cache() -> None:
 
 async def test_the_vectors_agree_with_float32s_whatever_the_precision_chosen() -> None:
     """"auto" computes in bfloat16 where the CPU does natively (this machine: AVX512-BF16)
-    and only if its vectors agree with float32's; a child asked for float32 computes
-    float32, and both give the same vectors to within that agreement."""
+    and only if its vectors agree with float32's; the shared embedder computes float32
+    (the default), and both give the same vectors to within that agreement."""
     from store.embedproc import BF16_AGREEMENT
 
-    auto = get_embedder("local", "all-MiniLM-L6-v2")
-    assert isinstance(auto, SentenceTransformerEmbedder)
-    exact = SentenceTransformerEmbedder(precision="float32")
+    exact = get_embedder("local", "all-MiniLM-L6-v2")
+    assert isinstance(exact, SentenceTransformerEmbedder)
+    auto = SentenceTransformerEmbedder(precision="auto")
     try:
         await asyncio.gather(auto.load(), exact.load())
         assert exact.process.computes == "float32"
@@ -122,7 +122,7 @@ async def test_the_vectors_agree_with_float32s_whatever_the_precision_chosen() -
         a, b = await exact.embed(texts), await auto.embed(texts)
         assert float(np.sum(a * b, axis=1).min()) >= BF16_AGREEMENT
     finally:
-        exact.close()
+        auto.close()
 
 
 def test_an_unknown_precision_is_refused() -> None:
