@@ -45,6 +45,13 @@ class Conversation:
     def prefix(self, messages: Sequence[dict[str, Any]]) -> Prefix:
         return Prefix(messages, [p.info for p in self.parts], self.refs)
 
+    def dropped(self, head: int, evicted: set[str]) -> bool:
+        """The tool group headed at `head` is dropped: its call and every result evicted
+        (a result evicted alone leaves a stub, its call staying)."""
+        if self.parts[head].chunk.id not in evicted:
+            return False
+        return all(self.parts[j].chunk.id in evicted for j in self.groups.get(head, ()))
+
 
 class Chunker:
     def __init__(self, analyzer: MessageAnalyzer, settings: ClassificationSettings) -> None:

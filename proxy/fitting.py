@@ -10,7 +10,8 @@ policy may also force evictions whatever the budget (`Policy.forced`: observatio
 
 When even everything evictable gone leaves the request over budget, the tail's oversized
 tool results are cut head-and-tail (`cut`): the middle is replaced by one marked line
-(`CUT_MARKER`) naming the chunk, whose full text is offloaded and recallable.
+(proxy/cutting.py) naming the chunk, whose full text is offloaded and recallable.
+Stubs and what they cost: proxy/stubs.py.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import Any
 from policies.base import ChunkClass, Policy, PolicyContext, Ranked
 from proxy.analysis import counted
 from proxy.chunking import RESULTS, Conversation, Part
-from proxy.stubs import stub_text, what
+from proxy.cutting import cut
+from proxy.stubs import StubCosts
 from proxy.tokens import REPLY_PRIMING, TokenCounter
 
 
@@ -49,67 +51,19 @@ RESTORE_REASON = "room returned: restored, most valuable first, below the waterm
 FITS_REASON = "the whole request fits the budget: earlier evictions do not apply"
 
 
-CUT_MARKER = ("[ctxwarden: {cut} tokens cut from the middle of this {what} to fit the "
-              "context window; the full text is stored as chunk {id} and its relevant "
-              "passages are recalled automatically]")
-MIN_KEEP = 64  # tokens of head + tail worth keeping; below that a cut does not help
 EXACT_ROUNDS = 2  # fits with estimated parts counted, before every part is counted
 RESCALE = 0.10  # counts off the estimates by more than this rescale the rest
-# A cold history's stub, until it is sent: its characters at this many a token (measured
-# 2.71-4.46 on the generated histories' and tau-bench's tool results), so the guess errs
-# high. Most of such a history's stubs are never sent (their calls go too).
-STUB_CHARS_PER_TOKEN = 2.5
-
 
 class Fitter:
     def __init__(self, counter: TokenCounter) -> None:
         self.counter = counter
-        self._stub_cost: dict[str, int] = {}
-        self._stub_text: dict[str, str] = {}
+        self.stubs = StubCosts(counter)  # each evicted result's stub, once
 
     def stub(self, part: Part) -> str:
-        """`stub_text`, once per chunk (its digest reads the whole result)."""
-        text = self._stub_text.get(part.chunk.id)
-        if text is None:
-            if len(self._stub_text) > 100_000:
-                self._stub_text.clear()
-            text = self._stub_text[part.chunk.id] = stub_text(part)
-        return text
+        return self.stubs.text(part)
 
     def stub_cost(self, part: Part) -> int:
-        """What the stub of `part` costs. Counted, except for a result whose content is
-        only estimated (a cold history's): its stub is guessed from its length until a
-        fit sends it (`_count_stubs`)."""
-        cost = self._stub_cost.get(part.chunk.id)
-        if cost is None:
-            if not part.info.exact:
-                framing = part.info.tokens - part.info.content_tokens
-                return framing + math.ceil(len(self.stub(part)) / STUB_CHARS_PER_TOKEN
-                                           * self.counter.factor)
-            cost = self._count_stub(part)
-        return cost
-
-    def _count_stub(self, part: Part) -> int:
-        framing = part.info.tokens - part.info.content_tokens
-        cost = framing + self.counter.text(self.stub(part))
-        if len(self._stub_cost) > 100_000:
-            self._stub_cost.clear()
-        self._stub_cost[part.chunk.id] = cost
-        return cost
-
-    def _count_stubs(self, conv: Conversation, evicted: set[str] | None) -> bool:
-        """Count the guessed stubs the fit sends (every one with `evicted` None); whether
-        there were any."""
-        found = False
-        for p in conv.parts:
-            if (p.info.exact or p.group is None or p.role not in RESULTS
-                    or p.chunk.id in self._stub_cost):
-                continue
-            if evicted is None or (p.chunk.id in evicted
-                                   and not self._dropped(conv, p.group, evicted)):
-                self._count_stub(p)
-                found = True
-        return found
+        return self.stubs.cost(part)
 
     def fit(self, conv: Conversation, sticky: set[str], budget: int, target: int,
             policy: Policy, ctx: PolicyContext) -> Fit:
@@ -125,7 +79,7 @@ class Fitter:
         scale = 1.0  # what the parts still estimated are scaled by
         for round_ in range(EXACT_ROUNDS + 1):
             sums = self._count_kept(conv, fit.evicted)
-            stubs = self._count_stubs(conv, fit.evicted)
+            stubs = self.stubs.count_sent(conv, fit.evicted)
             if sums is None and not stubs:
                 return fit
             if sums is not None:
@@ -143,7 +97,7 @@ class Fitter:
                 break
             fit = self._fit(conv, sticky, budget, target, policy, ctx)
         self._count_kept(conv, set())
-        self._count_stubs(conv, None)
+        self.stubs.count_sent(conv, None)
         return self._fit(conv, sticky, budget, target, policy, ctx)
 
     def _count_kept(self, conv: Conversation, evicted: set[str]) -> tuple[int, int] | None:
@@ -274,32 +228,8 @@ class Fitter:
         return True
 
     def cut(self, conv: Conversation, fit: Fit, budget: int) -> None:
-        """Cut the tail's tool results, largest first, head-and-tail until the fit is within
-        `budget` (or nothing more can be cut). Deterministic: the same request, same cut."""
-        tails = sorted((p for p in conv.parts if p.role in RESULTS
-                        and p.chunk.klass is ChunkClass.PERMANENT
-                        and p.chunk.id not in fit.evicted and isinstance(p.info.text, str)),
-                       key=lambda p: (-p.info.content_tokens, p.chunk.index))
-        for p in tails:
-            over = fit.tokens - budget
-            if over <= 0:
-                return
-            ids = self.counter.encoding.encode_ordinary(p.info.text)
-            marker = CUT_MARKER.format(cut=len(ids), what=what(p), id=p.chunk.id)
-            keep = len(ids) - over - self.counter.text(marker) - 4
-            keep = max(keep, MIN_KEEP)
-            if keep >= len(ids):
-                continue
-            head = self.counter.encoding.decode(ids[: keep * 2 // 3])
-            tail = self.counter.encoding.decode(ids[len(ids) - (keep - keep * 2 // 3):])
-            marker = CUT_MARKER.format(cut=len(ids) - keep, what=what(p), id=p.chunk.id)
-            text = f"{head}\n{marker}\n{tail}"
-            framing = p.info.tokens - p.info.content_tokens
-            before = self.part_cost(conv, p, fit.evicted)
-            p.cut_tokens = framing + self.counter.text(text)
-            fit.tokens += p.cut_tokens - before
-            fit.cuts[p.chunk.id] = text
-            fit.cut_parts.append(p)
+        """The tail's oversized tool results cut head-and-tail (proxy/cutting.py)."""
+        cut(self, conv, fit, budget)
 
     def _evict(self, conv: Conversation, part: Part, r: Ranked, policy: Policy, fit: Fit,
                total: int) -> int:
@@ -336,20 +266,14 @@ class Fitter:
         if p.chunk.id not in evicted:
             if p.role in RESULTS and p.group is not None:
                 head = conv.parts[p.group].chunk.id
-                if head in evicted and self._dropped(conv, p.group, evicted):
+                if head in evicted and conv.dropped(p.group, evicted):
                     return 0
             return p.chunk.tokens if p.cut_tokens is None else p.cut_tokens
         if p.group is None:
             return 0
         if p.role == "assistant":
-            return 0 if self._dropped(conv, p.group, evicted) else p.chunk.tokens
-        return 0 if self._dropped(conv, p.group, evicted) else self.stub_cost(p)
-
-    def _dropped(self, conv: Conversation, head: int, evicted: set[str]) -> bool:
-        """A group is dropped when its head and every result are evicted."""
-        if conv.parts[head].chunk.id not in evicted:
-            return False
-        return all(conv.parts[j].chunk.id in evicted for j in conv.groups.get(head, ()))
+            return 0 if conv.dropped(p.group, evicted) else p.chunk.tokens
+        return 0 if conv.dropped(p.group, evicted) else self.stub_cost(p)
 
     def assemble(self, conv: Conversation, messages: list[dict[str, Any]],
                  evicted: set[str], cuts: dict[str, str] | None = None,

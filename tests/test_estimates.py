@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from proxy import analysis, fitting
+from proxy import analysis, fitting, stubs
 from proxy.analysis import fingerprint
 from proxy.keys import PIPELINE
 from proxy.tokens import REPLY_PRIMING, TokenCounter, encoding_for
@@ -74,7 +74,7 @@ async def test_a_cold_history_s_stubs_are_counted_when_sent_however_far_off_the_
     1,000 characters a token (far too low), and with the contents' estimates never
     rescaled (so the first fit stands unless its counted request is over the budget),
     what reaches the upstream is still what the proxy counted."""
-    monkeypatch.setattr(fitting, "STUB_CHARS_PER_TOKEN", 1000.0)
+    monkeypatch.setattr(stubs, "STUB_CHARS_PER_TOKEN", 1000.0)
     monkeypatch.setattr(fitting, "RESCALE", 1e9)
     client = await make(aiohttp_client, settings_for(upstream, policy="mask",
                                                      context_window=16000), MemoryStore())

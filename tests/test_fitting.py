@@ -136,7 +136,7 @@ def test_mask_stubs_old_tool_outputs_even_under_budget() -> None:
 
 
 def test_an_oversized_current_tool_result_is_cut_head_and_tail() -> None:
-    from proxy.fitting import CUT_MARKER
+    from proxy.cutting import CUT_MARKER
 
     big = "HEAD-MARK " + filler(3000, "mid") + " TAIL-MARK"
     msgs = [{"role": "system", "content": "sys"}, user("the goal"),
