@@ -275,7 +275,7 @@ class SentenceTransformerEmbedder(CachedEmbedder):
         self.model = model
         self.batch_size = batch_size
         # "auto": bfloat16 where the CPU computes it natively and the vectors agree
-        # (store/embedproc.py `_in_bf16`), else float32; float32 by default (memory)
+        # (store/embedchild.py `_in_bf16`), else float32; float32 by default (memory)
         self.process = EmbedProcess(model, batch_size=batch_size, max_queued=max_queued,
                                     resolve=resolve_model, precision=precision)
 

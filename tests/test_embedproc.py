@@ -107,7 +107,7 @@ async def test_the_vectors_agree_with_float32s_whatever_the_precision_chosen() -
     """"auto" computes in bfloat16 where the CPU does natively (this machine: AVX512-BF16)
     and only if its vectors agree with float32's; the shared embedder computes float32
     (the default), and both give the same vectors to within that agreement."""
-    from store.embedproc import BF16_AGREEMENT
+    from store.embedchild import BF16_AGREEMENT
 
     exact = get_embedder("local", "all-MiniLM-L6-v2")
     assert isinstance(exact, SentenceTransformerEmbedder)
