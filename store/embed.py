@@ -21,7 +21,9 @@ thread-safe and loop-agnostic (an embedder may outlive one event loop, as in tes
 from __future__ import annotations
 
 import asyncio
+import atexit
 import hashlib
+import multiprocessing.util  # noqa: F401  # its exit handler (kills children) runs after ours
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -384,10 +386,15 @@ def get_embedder(name: str, model: str, precision: str = "float32",
 
 def close_shared() -> None:
     """Close every shared embedder, at the end of a process (`ctxwarden serve`, after the
-    app's cleanup): the local model's child is killed at once, its queue dropped (what it
-    held is durable and embedded by the next start's scan)."""
+    app's cleanup; any other process at its exit): the local model's child is killed at
+    once, its queue dropped (what it held is durable and embedded by the next start's
+    scan). At exit it runs before multiprocessing's own handler, which would kill a child
+    still loading under its dispatcher and so log `embedder_process_failed`."""
     while _SHARED:
         _, embedder = _SHARED.popitem()
         close = getattr(embedder, "close", None)
         if close is not None:
             close()
+
+
+atexit.register(close_shared)
