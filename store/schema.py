@@ -140,6 +140,8 @@ def attachment_rows(chunks: Iterable[EvictedChunk]) -> list[dict[str, Any]]:
     now = time.time()
     rows: dict[str, dict[str, Any]] = {}
     for c in chunks:
+        if not c.media.attachments:  # most chunks: no key to compute
+            continue
         key = chunk_key(c.tenant, c.session, c.chunk_id)
         for a in c.media.attachments:
             aid = hkey("attachment", key, str(a.index), a.sha256)
