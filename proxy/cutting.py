@@ -10,14 +10,13 @@ thirds of what is kept is the head (where outputs say what they are), a third th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from policies.base import ChunkClass
-from proxy.chunking import RESULTS, Conversation
+from proxy.chunking import RESULTS, Conversation, Part
 from proxy.stubs import what
-
-if TYPE_CHECKING:
-    from proxy.fitting import Fit, Fitter
+from proxy.tokens import TokenCounter
 
 CUT_MARKER = ("[ctxwarden: {cut} tokens cut from the middle of this {what} to fit the "
               "context window; the full text is stored as chunk {id} and its relevant "
@@ -25,10 +24,20 @@ CUT_MARKER = ("[ctxwarden: {cut} tokens cut from the middle of this {what} to fi
 MIN_KEEP = 64  # tokens of head + tail worth keeping; below that a cut does not help
 
 
-def cut(fitter: Fitter, conv: Conversation, fit: Fit, budget: int) -> None:
+class Fitted(Protocol):
+    """What `cut` reads and updates of a fit (`proxy.fitting.Fit`)."""
+
+    evicted: set[str]
+    tokens: int
+    cuts: dict[str, str]
+    cut_parts: list[Part]
+
+
+def cut(counter: TokenCounter, cost: Callable[[Part], int], conv: Conversation,
+        fit: Fitted, budget: int) -> None:
     """Cut the tail's tool results, largest first, head-and-tail until the fit is within
-    `budget` (or nothing more can be cut). Deterministic: the same request, same cut."""
-    counter = fitter.counter
+    `budget` (or nothing more can be cut); `cost` is what a part costs in the fit now.
+    Deterministic: the same request, same cut."""
     tails = sorted((p for p in conv.parts if p.role in RESULTS
                     and p.chunk.klass is ChunkClass.PERMANENT
                     and p.chunk.id not in fit.evicted and isinstance(p.info.text, str)),
@@ -47,7 +56,7 @@ def cut(fitter: Fitter, conv: Conversation, fit: Fit, budget: int) -> None:
         marker = CUT_MARKER.format(cut=len(ids) - keep, what=what(p), id=p.chunk.id)
         text = f"{head}\n{marker}\n{tail}"
         framing = p.info.tokens - p.info.content_tokens
-        before = fitter.part_cost(conv, p, fit.evicted)
+        before = cost(p)
         p.cut_tokens = framing + counter.text(text)
         fit.tokens += p.cut_tokens - before
         fit.cuts[p.chunk.id] = text

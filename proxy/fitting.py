@@ -229,7 +229,7 @@ class Fitter:
 
     def cut(self, conv: Conversation, fit: Fit, budget: int) -> None:
         """The tail's oversized tool results cut head-and-tail (proxy/cutting.py)."""
-        cut(self, conv, fit, budget)
+        cut(self.counter, lambda p: self.part_cost(conv, p, fit.evicted), conv, fit, budget)
 
     def _evict(self, conv: Conversation, part: Part, r: Ranked, policy: Policy, fit: Fit,
                total: int) -> int:
