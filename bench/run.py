@@ -98,6 +98,17 @@ async def _section(name: str, quick: bool) -> str:
     return f"## {title}\n\n{intro}\n\n{body}\n\n_({made})_\n"
 
 
+def cpu_check(steps: int = 10_000_000) -> float:
+    """Seconds for a fixed pure-Python loop: how fast this machine ran at that moment.
+    Shared cores vary run to run (the same code's figures moved 40-100 % between two
+    runs an hour apart), so a run's header states it at its start and end."""
+    t0 = time.perf_counter()
+    total = 0
+    for i in range(steps):
+        total += i
+    return time.perf_counter() - t0
+
+
 def splice(doc: str, parts: dict[str, str]) -> str:
     """`doc` with the sections named in `parts` (by title) replaced, others kept in place;
     a section `doc` does not have yet goes before the first one that is not a benchmark."""
@@ -128,7 +139,9 @@ async def main(out: Path | None, quick: bool, only: list[str]) -> str:
     if unknown:
         raise SystemExit(f"Unknown benchmark: {', '.join(unknown)} "
                          f"(known: {', '.join(SECTIONS)})")
+    before = cpu_check()
     parts = [await _section(n, quick) for n in names]
+    after = cpu_check()
     if only and out is not None and out.exists():
         doc = splice(out.read_text(), dict(zip(names, parts, strict=True)))
         out.write_text(doc)
@@ -138,7 +151,10 @@ async def main(out: Path | None, quick: bool, only: list[str]) -> str:
             f"{' --quick' if quick else ''}`) on {dt.date.today().isoformat()}: "
             f"{platform.python_implementation()} {platform.python_version()}, "
             f"{os.cpu_count()} CPU cores, {platform.machine()}, loopback only. "
-            "Every figure below is rerun from this repository; none is typed by hand.", ""]
+            "Every figure below is rerun from this repository; none is typed by hand. "
+            f"The machine's speed, as a 10-million-step Python loop: {before:.2f} s at the "
+            f"start, {after:.2f} s at the end (compare runs by it: the cores are shared).",
+            ""]
     doc = "\n".join(head + parts + (kept_sections(out.read_text())
                                     if out is not None and out.exists() else []))
     if out is not None:
