@@ -262,3 +262,22 @@ def test_closing_leaves_no_semaphore_behind(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "leaked semaphore" not in done.stderr
+
+
+def test_a_process_that_exits_while_the_model_loads_logs_no_failure(tmp_path: Path) -> None:
+    """Shared embedders are closed at exit, before multiprocessing's own handler kills
+    their children: a child it killed while loading was logged as a failed load
+    (`embedder_process_failed`, with an empty error) at the end of every such run."""
+    script = tmp_path / "exit_while_loading.py"
+    script.write_text(
+        "import time\n"
+        "import proxy  # noqa: F401\n"
+        "from store.embed import get_embedder\n"
+        "if __name__ == '__main__':\n"
+        "    get_embedder('local', 'all-MiniLM-L6-v2').process.start()\n"
+        "    time.sleep(1.0)  # the model takes seconds to load: exit while it does\n")
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr
+    assert "embedder_process_failed" not in done.stdout + done.stderr
