@@ -56,9 +56,10 @@ class StoreSettings(_Strict):
     path: str = "./data/lancedb"  # a directory or an object-store URI (s3://…)
     embedder: str = "sentence-transformers"
     embed_model: str = "all-MiniLM-L6-v2"
-    # The local model's arithmetic. "auto": bfloat16 where the CPU computes it natively
-    # and the vectors agree with float32's (~1.9x the throughput, but its process holds
-    # ~1.3 GB where float32's holds ~0.75: docs/design-notes.md), else float32
+    # The local model's arithmetic (the default is store/embedchild.py's PRECISION: a
+    # test holds them equal). "auto": bfloat16 where the CPU computes it natively and the
+    # vectors agree with float32's (~1.9x the throughput, but its process holds ~1.3 GB
+    # where float32's holds ~0.75: docs/design-notes.md), else float32
     embed_precision: Literal["auto", "float32", "bfloat16"] = "float32"
     # An object-store URI's options, as LanceDB takes them (docs/deploy.md). S3: endpoint,
     # region, allow_http ("true" for a local http endpoint); keys come from the

@@ -34,6 +34,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from store.embedchild import PRECISION
 from store.embedproc import EmbedProcess
 
 # The offline defaults (HF_HUB_OFFLINE, no progress bars, …) are set by store/__init__.py.
@@ -272,7 +273,7 @@ class SentenceTransformerEmbedder(CachedEmbedder):
 
     def __init__(self, model: str = PACKAGED_MODEL, batch_size: int = 8,
                  cache_size: int = 20_000, max_queued: int = 4096,
-                 precision: str = "float32") -> None:
+                 precision: str = PRECISION) -> None:
         super().__init__(cache_size)
         self.model = model
         self.batch_size = batch_size
@@ -359,7 +360,7 @@ def _field(item: Any, name: str) -> Any:
 _SHARED: dict[tuple[str, str, str], CachedEmbedder] = {}
 
 
-def get_embedder(name: str, model: str, precision: str = "float32",
+def get_embedder(name: str, model: str, precision: str = PRECISION,
                  **kwargs: Any) -> CachedEmbedder:
     """`store.embedder` names: "sentence-transformers" (alias "local") or "litellm".
     `precision` (`store.embed_precision`) is the local model's; a remote one computes as

@@ -39,6 +39,9 @@ def _die_with_parent() -> None:
 
 
 PRECISIONS = ("auto", "float32", "bfloat16")
+# The default (`store.embed_precision`): bfloat16's process held ~1.3 GB after the bench's
+# back-to-back phase where float32's held ~0.75 (docs/design-notes.md)
+PRECISION = "float32"
 # bfloat16 only where its vectors are float32's: each sample's cosine to its float32
 # vector at least this (measured: 0.998 at the 1st percentile of the generated sessions'
 # units)
@@ -85,7 +88,7 @@ def _in_bf16(st: Any, torch: Any, precision: str) -> Any:
 
 
 def child_main(conn: Connection, model: str, batch_size: int,
-               precision: str = "float32") -> None:
+               precision: str = PRECISION) -> None:
     """Load the model once, then answer (job id, texts, urgent) with (job id, "ok",
     vectors)."""
     _die_with_parent()

@@ -52,7 +52,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from store.embedchild import CAN_PAUSE, PRECISIONS, child_main
+from store.embedchild import CAN_PAUSE, PRECISION, PRECISIONS, child_main
 
 __all__ = ["CAN_PAUSE", "PRECISIONS", "EmbedProcess", "EmbedderDied"]
 log = structlog.get_logger("ctxwarden.store")
@@ -81,7 +81,7 @@ class EmbedProcess:
 
     def __init__(self, model: str, *, batch_size: int = 8, max_queued: int = 4096,
                  resolve: Callable[[str], str] = lambda m: m,
-                 precision: str = "float32") -> None:
+                 precision: str = PRECISION) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"Unknown precision: {precision} (one of {', '.join(PRECISIONS)})")
         self.model = model

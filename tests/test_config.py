@@ -98,8 +98,9 @@ def test_store_embed_precision_reaches_the_embedder(tmp_path: Path) -> None:
     """`store.embed_precision` is the local model's (a child is started only when used)."""
     from proxy.app import make_store
     from store.embed import SentenceTransformerEmbedder
+    from store.embedchild import PRECISION
 
-    assert Settings().store.embed_precision == "float32"  # the default: bfloat16's memory
+    assert Settings().store.embed_precision == PRECISION == "float32"  # bfloat16's memory
     for precision in ("float32", "auto"):
         store = make_store(Settings(store={"path": str(tmp_path / precision),
                                            "embed_precision": precision}))
