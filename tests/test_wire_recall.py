@@ -495,10 +495,8 @@ async def test_an_embedder_that_cannot_answer_now_is_not_waited_for(
     embedder = Loading({"x": ["x"]})
     client = await aiohttp_client(init_app(settings(upstream, recall={"vector_wait_ms": 1000}),
                                            store=EmbeddingStore(embedder)))
-    loop = asyncio.get_running_loop()
-    started = loop.time()
     await post(client, [{"role": "system", "content": "sys"}, user("A brand new question?")])
-    assert loop.time() - started < 0.5  # never the 1 s wait
+    assert embedder.waits == []  # never the 1 s wait (nor any)
     assert any("A brand new question?" in batch for batch in embedder.calls)  # handed over
 
 
@@ -597,10 +595,8 @@ async def test_a_question_its_own_words_find_clearly_does_not_wait_for_its_vecto
     embedder = NoAnswer(FIVE_TOPICS)
     client, history = await memo_evicted(aiohttp_client, upstream, embedder,
                                          {"question_vector_wait_ms": 1000})
-    loop = asyncio.get_running_loop()
-    started = loop.time()
     resp = await post(client, [*history, assistant("Done."), user(ask)])
-    assert loop.time() - started < 0.5  # never the 1 s wait
+    assert embedder.waits == []  # never the 1 s wait (nor any)
     assert [ask] in embedder.calls  # asked for all the same: it lands for later turns
     assert resp.headers["X-Ctxwarden-Recalled"] != "0"
     assert "4,140 EUR" in upstream.history[-1].body["messages"][-1]["content"]
@@ -625,11 +621,9 @@ async def test_a_question_does_not_wait_while_the_sessions_passages_are_being_em
     history = agent_session(16)
     for end in range(4, len(history) + 1, 2):
         await post(client, history[:end])
-    loop = asyncio.get_running_loop()
-    started = loop.time()
     ask = "How much money is there for cloud, staff, travel and hardware?"
     await post(client, [*history, assistant("Done."), user(ask)])
-    assert loop.time() - started < 0.5  # never the 1 s wait
+    assert embedder.waits == []  # never the 1 s wait (nor any)
     assert any(ask in batch for batch in embedder.calls)  # handed over for next time
 
 

@@ -53,6 +53,11 @@ class TopicEmbedder(CachedEmbedder):
         super().__init__(cache_size)
         self.topics = [set(words) for words in topics.values()]
         self.calls: list[list[str]] = []
+        self.waits: list[float] = []  # each `embed_within`'s timeout: a request that waited
+
+    async def embed_within(self, texts: Sequence[str], timeout_s: float) -> Any:
+        self.waits.append(timeout_s)
+        return await super().embed_within(texts, timeout_s)
 
     def _start(self, texts: list[str], urgent: bool) -> Future[Any]:
         self.calls.append(list(texts))
