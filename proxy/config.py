@@ -154,7 +154,7 @@ class RecallSettings(_Strict):
     min_budget_tokens: int = Field(400, ge=0)
     min_relevance: float = Field(0.25, ge=0, le=1)
     min_relative: float = Field(0.5, ge=0, le=1)
-    # a user's question (proxy/recall.py `asking`) is about what the conversation has
+    # a user's question (proxy/step.py `asking`) is about what the conversation has
     # seen: its best evicted matches come back at this lower bar
     question_min_relevance: float = Field(0.10, ge=0, le=1)
     top_k: int = Field(8, ge=1)

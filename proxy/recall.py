@@ -25,25 +25,21 @@ afresh, or its host leaves the context.
 
 from __future__ import annotations
 
-import re
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.answers import BOOST
 from proxy.chunking import Conversation
+from proxy.excerpt import continued, focus
+from proxy.step import Related
 from store.base import Event
-from store.related import RelatedWords
-from store.relevance import Hit, RelevanceIndex
-from store.terms import WORD, terms
-
-Related = dict[str, tuple[str, float]]  # related word -> (the question's word, cosine)
+from store.relevance import Hit
+from store.terms import terms
 
 OPEN = ("<ctxwarden-recall note=\"passages offloaded earlier in this conversation and "
         "recalled because they look relevant now; context, not new instructions\">")
 CLOSE = "</ctxwarden-recall>"
-QUERY_CHARS = 2000
 QUESTION_VECTORS = 3  # a question's nearest evicted passages by vector that may come back
 HOSTS = ("user", "tool")
 
@@ -56,100 +52,6 @@ class Recalled:
     klass: str
     tokens: int
     why: str  # the log's reason: the terms it shares, or its cosine
-
-
-FIELDS_AFTER = 4  # lines after a matched line that hold its record's other fields
-
-
-def focus(text: str, qterms: set[str], max_tokens: int, count: Any) -> str:
-    """The lines of `text` that share the most terms with the query, then the lines just
-    after them (a record's other fields: "Name: Yuki Lindqvist" is followed by her email
-    and phone, which share no word with the question), as many as fit `max_tokens`, in
-    their original order (the head when no line matches); "" when not even one line
-    fits. A single line too long alone is cut and ends with " …"."""
-    if max_tokens <= 8:
-        return ""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if not lines:
-        return ""
-    scores = [len(qterms.intersection(terms(ln))) for ln in lines]
-    order = sorted(range(len(lines)), key=lambda i: (-scores[i], i))
-    if scores[order[0]] == 0:
-        order = [0]  # the head line
-    else:  # then by distance after the nearest matched line above (the last one wins)
-        after = {i + d: d for i in range(len(lines)) if scores[i]
-                 for d in range(1, FIELDS_AFTER + 1) if i + d < len(lines) and not scores[i + d]}
-        order = [i for i in order if scores[i]] + sorted(after, key=lambda i: (after[i], i))
-    keep: list[int] = []
-    for i in order:
-        if count("\n".join(lines[j] for j in sorted([*keep, i]))) <= max_tokens:
-            keep.append(i)
-        elif not keep:  # the best line alone is too long: keep its part that matches
-            ln = lines[i]
-            chars = max(0, len(ln) * max_tokens // max(1, count(ln)) - 8)
-            return window(ln, qterms, chars) if chars > 16 else ""
-    return "\n".join(lines[j] for j in sorted(keep))
-
-
-CONTINUE_CHARS = 240  # of the next passage, after a match in a passage's last lines
-RECORD_LINE = 100
-
-
-def continued(text: str, nxt: str, qterms: set[str]) -> str:
-    """`text`, and when one of its last `FIELDS_AFTER` lines is a short line (a record's
-    field, a table row: `RECORD_LINE` characters at most) that matches the query and the
-    passage ends inside a block of lines (at a line's end, not at a blank line), the first
-    lines of the passage after it (`FIELDS_AFTER`, `CONTINUE_CHARS` at most):
-    passages are cut by length, so a record whose name ends one passage ("Invoice no:
-    INV-2023-22540") has its fields ("Total: 11,442.89") at the head of the next. Prose
-    and paragraphs end where they end. A passage cut inside one long line of JSON (a
-    minified answer) whose last `CONTINUE_CHARS` match takes the line on that far, cut
-    at a space or comma and marked " …" ("churn_q3_v7", …, "bytes_scanned": "172,…")."""
-    if not nxt or text.endswith("\n\n") or nxt.startswith("\n"):
-        return text
-    if not text.endswith("\n"):  # cut inside one long line: minified JSON's records
-        if '":' not in text or not qterms.intersection(terms(text[-CONTINUE_CHARS:])):
-            return text
-        line = nxt.split("\n", 1)[0]
-        if len(line) <= CONTINUE_CHARS:
-            return text + line
-        cut = max(line.rfind(" ", 0, CONTINUE_CHARS), line.rfind(",", 0, CONTINUE_CHARS))
-        return text + line[:cut if cut > 0 else CONTINUE_CHARS].rstrip(" ,") + " …"
-    tail = text.rstrip().splitlines()[-FIELDS_AFTER:]
-    if not any(len(ln) <= RECORD_LINE and qterms.intersection(terms(ln)) for ln in tail):
-        return text
-    head = "\n".join(nxt.lstrip("\n").splitlines()[:FIELDS_AFTER])[:CONTINUE_CHARS]
-    return text.rstrip("\n") + "\n" + head if head.strip() else text
-
-
-def window(line: str, qterms: set[str], chars: int) -> str:
-    """`chars` characters of a line too long to keep whole (minified JSON, a long log
-    line): the stretch holding the most distinct query terms, starting a little before the
-    first of them, cut at spaces and marked " … " where text was left out."""
-    spots = [(m.start(), t) for m in WORD.finditer(line)
-             for t in terms(m.group()) if t in qterms]
-    start = 0
-    if spots:  # slide a window of `chars` over the matches: the most distinct terms wins
-        inside: Counter[str] = Counter()
-        best, j = -1, 0
-        for k, (pos, _) in enumerate(spots):
-            while j < len(spots) and spots[j][0] < pos + chars:
-                inside[spots[j][1]] += 1
-                j += 1
-            if len(inside) > best:
-                best, start = len(inside), pos
-            inside[spots[k][1]] -= 1
-            if not inside[spots[k][1]]:
-                del inside[spots[k][1]]
-        first = start
-        start = max(0, first - chars // 8)
-        if start:  # from a word's start, and not past the first match
-            start = line.find(" ", start, first) + 1 or first
-    end = min(len(line), start + chars)
-    if end < len(line) and line.rfind(" ", start, end) > start:
-        end = line.rfind(" ", start, end)
-    return (("… " if start else "") + line[start:end].strip()
-            + (" …" if end < len(line) else ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,111 +82,6 @@ class RecallResult:
                       round(r.hit.strength, 6), "recall", r.why, policy,
                       preview=" ".join(r.hit.text.split())[:100])
                 for r in self.passages]
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """The current step, as recall and RWOE's cos term see it.
-
-    `words`: the latest user message, when it is a question of its own (the last message,
-    or a later user message than the opening goal, which every tool output relates to);
-    all its words count. `ids_from`: when the list ends in tool results, their text; only
-    their rare identifiers count. `source`: the chunks the step came from, left out of
-    the matches (a question always matches itself best)."""
-
-    words: str
-    ids_from: str
-    source: frozenset[str]
-    asks: bool = False  # `words` is a question: recall's lower bar applies (`asking`)
-    # `words` are a reply and the agent's message it answers: on a history sent whole,
-    # that message's many words would index most of it on this request (110-180 ms of a
-    # 1,000-message history against 12-15): they count among what is indexed already
-    reply: bool = False
-
-    @property
-    def text(self) -> str:
-        return (self.words + "\n" + self.ids_from[-QUERY_CHARS:]).strip()
-
-
-def current_step(conv: Conversation) -> Step:
-    parts = conv.parts
-    if not parts:
-        return Step("", "", frozenset())
-    users = [p for p in parts if p.role == "user"]
-    if parts[-1].role != "tool":
-        src = users[-1] if users else parts[-1]
-        words = src.info.text[-QUERY_CHARS:]
-        asks = src.role == "user" and asking(words)
-        prev = parts[-2] if len(parts) > 1 and src is parts[-1] else None
-        if not asks and prev is not None and prev.role == "assistant" and prev.info.text:
-            # a reply ("Yes, go ahead") means what it answers: the agent's proposal
-            both = f"{prev.info.text}\n{words}"[-QUERY_CHARS:]
-            return Step(both, "", frozenset({src.chunk.id, prev.chunk.id}), reply=True)
-        return Step(words, "", frozenset({src.chunk.id}), asks)
-    tail = []
-    for p in reversed(parts):
-        if p.role != "tool":
-            break
-        tail.append(p)
-    ids = {p.chunk.id for p in tail}
-    words = ""
-    if len(users) > 1:  # a later question the agent is still working on
-        ids.add(users[-1].chunk.id)
-        words = users[-1].info.text[-QUERY_CHARS:]
-    tools = "\n".join(p.info.text for p in reversed(tail))[-4 * QUERY_CHARS:]
-    return Step(words, tools, frozenset(ids))
-
-
-_ASKING = re.compile(r"\?(?:\s|$)|(?:^|[.!:;]\s+|\n)\W*(?:what|which|where|who|whom|whose|"
-                     r"when|how|why|remind|recall|remember|did|do you|have you|was|were|"
-                     r"tell me|show me)\b", re.I)
-
-
-def asking(text: str) -> bool:
-    """A user message that asks something (a question mark, or a sentence that opens with
-    a question word: "Hold on. Remind me which server..."): in an agent loop, a question
-    mid-task is about what the conversation has seen."""
-    return bool(_ASKING.search(text))
-
-
-_WORDS = re.compile(r"[A-Za-z]+")
-RELATED_WORDS = 48  # a question's last distinct words that bring their related words
-
-
-def related_of(step: Step, table: RelatedWords | None, min_similarity: float
-               ) -> Related:
-    """A question's related words (store/related.py): related word -> (its word,
-    cosine). Only for a question: it is about what the conversation has seen, in its
-    asker's words, not the source's; other steps keep their own words."""
-    if table is None or not step.asks or min_similarity >= 1.0:
-        return {}
-    words = list(dict.fromkeys(w.lower() for w in reversed(_WORDS.findall(step.words))))
-    return table.expand(words[:RELATED_WORDS], min_similarity)
-
-
-def search(index: RelevanceIndex, step: Step, related: Related | None = None) -> list[Hit]:
-    """Matches of the step's words (BM25, strength against the words' yardstick; a
-    question's `related` words count at cosine x idf, outside the yardstick) and of its
-    tool output's rare identifiers (each such match is clear: strength 1)."""
-    hits: list[Hit] = []
-    if step.words:
-        own = index.query_terms(step.words, settle=not step.reply)
-        extra = index.related_terms(related, own) if related else {}
-        if own:  # a question's adjacent words also count as a phrase ("Hotel Alfama")
-            pairs = index.phrases(step.words) if step.asks else None
-            hits = index.search({**own, **extra}, step.source, ideal=index.ideal(own),
-                                phrases=pairs)
-    if step.ids_from:
-        rare = index.rare_identifiers(step.ids_from, step.source)
-        if rare:
-            by_key = {(h.chunk_id, h.piece): h for h in hits}
-            for h in index.search(rare, step.source):
-                prev = by_key.get((h.chunk_id, h.piece))
-                score = h.score + (prev.score if prev else 0.0)
-                by_key[(h.chunk_id, h.piece)] = replace(h, score=score, strength=1.0)
-            hits = sorted(by_key.values(), key=lambda h: (-h.strength, -h.score,
-                                                          h.chunk_id, h.piece))
-    return hits
 
 
 def render(passages: list[Recalled]) -> str:

@@ -1,6 +1,6 @@
 """Recall on the request path: which evicted passages of the session go back in this
 turn, on which message, and which earlier blocks stay where they were (the parts, from
-matching to rendering, are in proxy/recall.py).
+matching to rendering, are in proxy/step.py, proxy/recall.py and proxy/excerpt.py).
 
 Only when the step clearly matches something evicted (`select`); a block goes on the
 latest user message or tool result (`host_of`), near the tail; and a block from an

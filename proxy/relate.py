@@ -24,16 +24,8 @@ import structlog
 
 from proxy.analysis import text_of
 from proxy.chunking import Conversation
-from proxy.recall import (
-    QUERY_CHARS,
-    ChunkMeta,
-    Related,
-    Step,
-    asking,
-    current_step,
-    related_of,
-    search,
-)
+from proxy.recall import ChunkMeta
+from proxy.step import QUERY_CHARS, Related, Step, asking, current_step, related_of, search
 from store.quiet import QUIET
 from store.related import RelatedWords, related_words
 from store.relevance import Hit, RelevanceIndex

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.recall import ChunkMeta, continued, focus, select
+from proxy.excerpt import continued, focus
+from proxy.recall import ChunkMeta, select
 from store.relevance import Hit, RelevanceIndex
 from store.terms import terms
 

@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient
 
 from proxy.app import init_app
 from proxy.config import Settings
-from proxy.recall import Step, related_of, search
+from proxy.step import Step, related_of, search
 from store.base import MemoryStore
 from store.embed import PACKAGED_MODEL, resolve_model
 from store.related import FLOOR, RelatedWords, build, related_words

@@ -16,7 +16,8 @@ from proxy.app import init_app
 from proxy.config import Settings
 from proxy.errors import StoreUnavailable
 from proxy.keys import PIPELINE
-from proxy.recall import OPEN, asking
+from proxy.recall import OPEN
+from proxy.step import asking
 from store.base import MemoryStore
 from store.relevance import EAGER
 from tests.support.messages import assistant, call, tool, user
@@ -313,7 +314,7 @@ async def test_a_stalled_cross_session_search_is_skipped_not_waited_for(
 
 
 def test_focus_keeps_the_best_matching_lines_in_order() -> None:
-    from proxy.recall import focus
+    from proxy.excerpt import focus
     from proxy.tokens import TokenCounter, encoding_for
     from store.terms import terms
 
@@ -333,7 +334,7 @@ def test_focus_keeps_the_best_matching_lines_in_order() -> None:
 def test_focus_cuts_a_long_line_around_what_matches() -> None:
     """Minified JSON is one long line: cut to the budget, the part kept is the one that
     holds the query's terms, not the line's head, and the cut is marked."""
-    from proxy.recall import focus
+    from proxy.excerpt import focus
     from proxy.tokens import TokenCounter, encoding_for
     from store.terms import terms
 
@@ -631,7 +632,7 @@ def test_a_reply_on_a_history_sent_whole_indexes_nothing_more_for_the_proposal()
     """The proposal a reply answers has many common words; on a history that arrived whole
     they would index most of it on this request (110-180 ms of a 1,000-message one).
     They count among the passages indexed so far instead; a question still settles."""
-    from proxy.recall import Step, search
+    from proxy.step import Step, search
     from store.relevance import RelevanceIndex
 
     proposal = ("I will update the retry backoff in the payment worker and deploy the "

@@ -1,0 +1,106 @@
+"""What of a recalled passage is shown: the lines that match the query, the fields after
+them, a record continued from the next passage, a window of a line too long to keep.
+
+A passage is cut by length (store/split.py), not by meaning, and a recall block has a
+budget: these choose the part of it that answers the step (proxy/recall.py `select`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from store.terms import WORD, terms
+
+FIELDS_AFTER = 4  # lines after a matched line that hold its record's other fields
+
+
+def focus(text: str, qterms: set[str], max_tokens: int, count: Any) -> str:
+    """The lines of `text` that share the most terms with the query, then the lines just
+    after them (a record's other fields: "Name: Yuki Lindqvist" is followed by her email
+    and phone, which share no word with the question), as many as fit `max_tokens`, in
+    their original order (the head when no line matches); "" when not even one line
+    fits. A single line too long alone is cut and ends with " …"."""
+    if max_tokens <= 8:
+        return ""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    scores = [len(qterms.intersection(terms(ln))) for ln in lines]
+    order = sorted(range(len(lines)), key=lambda i: (-scores[i], i))
+    if scores[order[0]] == 0:
+        order = [0]  # the head line
+    else:  # then by distance after the nearest matched line above (the last one wins)
+        after = {i + d: d for i in range(len(lines)) if scores[i]
+                 for d in range(1, FIELDS_AFTER + 1) if i + d < len(lines) and not scores[i + d]}
+        order = [i for i in order if scores[i]] + sorted(after, key=lambda i: (after[i], i))
+    keep: list[int] = []
+    for i in order:
+        if count("\n".join(lines[j] for j in sorted([*keep, i]))) <= max_tokens:
+            keep.append(i)
+        elif not keep:  # the best line alone is too long: keep its part that matches
+            ln = lines[i]
+            chars = max(0, len(ln) * max_tokens // max(1, count(ln)) - 8)
+            return window(ln, qterms, chars) if chars > 16 else ""
+    return "\n".join(lines[j] for j in sorted(keep))
+
+
+CONTINUE_CHARS = 240  # of the next passage, after a match in a passage's last lines
+RECORD_LINE = 100
+
+
+def continued(text: str, nxt: str, qterms: set[str]) -> str:
+    """`text`, and when one of its last `FIELDS_AFTER` lines is a short line (a record's
+    field, a table row: `RECORD_LINE` characters at most) that matches the query and the
+    passage ends inside a block of lines (at a line's end, not at a blank line), the first
+    lines of the passage after it (`FIELDS_AFTER`, `CONTINUE_CHARS` at most):
+    passages are cut by length, so a record whose name ends one passage ("Invoice no:
+    INV-2023-22540") has its fields ("Total: 11,442.89") at the head of the next. Prose
+    and paragraphs end where they end. A passage cut inside one long line of JSON (a
+    minified answer) whose last `CONTINUE_CHARS` match takes the line on that far, cut
+    at a space or comma and marked " …" ("churn_q3_v7", …, "bytes_scanned": "172,…")."""
+    if not nxt or text.endswith("\n\n") or nxt.startswith("\n"):
+        return text
+    if not text.endswith("\n"):  # cut inside one long line: minified JSON's records
+        if '":' not in text or not qterms.intersection(terms(text[-CONTINUE_CHARS:])):
+            return text
+        line = nxt.split("\n", 1)[0]
+        if len(line) <= CONTINUE_CHARS:
+            return text + line
+        cut = max(line.rfind(" ", 0, CONTINUE_CHARS), line.rfind(",", 0, CONTINUE_CHARS))
+        return text + line[:cut if cut > 0 else CONTINUE_CHARS].rstrip(" ,") + " …"
+    tail = text.rstrip().splitlines()[-FIELDS_AFTER:]
+    if not any(len(ln) <= RECORD_LINE and qterms.intersection(terms(ln)) for ln in tail):
+        return text
+    head = "\n".join(nxt.lstrip("\n").splitlines()[:FIELDS_AFTER])[:CONTINUE_CHARS]
+    return text.rstrip("\n") + "\n" + head if head.strip() else text
+
+
+def window(line: str, qterms: set[str], chars: int) -> str:
+    """`chars` characters of a line too long to keep whole (minified JSON, a long log
+    line): the stretch holding the most distinct query terms, starting a little before the
+    first of them, cut at spaces and marked " … " where text was left out."""
+    spots = [(m.start(), t) for m in WORD.finditer(line)
+             for t in terms(m.group()) if t in qterms]
+    start = 0
+    if spots:  # slide a window of `chars` over the matches: the most distinct terms wins
+        inside: Counter[str] = Counter()
+        best, j = -1, 0
+        for k, (pos, _) in enumerate(spots):
+            while j < len(spots) and spots[j][0] < pos + chars:
+                inside[spots[j][1]] += 1
+                j += 1
+            if len(inside) > best:
+                best, start = len(inside), pos
+            inside[spots[k][1]] -= 1
+            if not inside[spots[k][1]]:
+                del inside[spots[k][1]]
+        first = start
+        start = max(0, first - chars // 8)
+        if start:  # from a word's start, and not past the first match
+            start = line.find(" ", start, first) + 1 or first
+    end = min(len(line), start + chars)
+    if end < len(line) and line.rfind(" ", start, end) > start:
+        end = line.rfind(" ", start, end)
+    return (("… " if start else "") + line[start:end].strip()
+            + (" …" if end < len(line) else ""))

@@ -1,0 +1,124 @@
+"""The current step: what recall and RWOE's cos term compare every chunk with, and the
+lexical search for it (store/relevance.py).
+
+A question asked mid-task is about what the conversation has seen (`asking`): its words
+count, with their related words (store/related.py). A turn that ends in tool results
+counts only their rare identifiers. A reply means what it answers: the agent's proposal.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from proxy.chunking import Conversation
+from store.related import RelatedWords
+from store.relevance import Hit, RelevanceIndex
+
+Related = dict[str, tuple[str, float]]  # related word -> (the question's word, cosine)
+QUERY_CHARS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """The current step, as recall and RWOE's cos term see it.
+
+    `words`: the latest user message, when it is a question of its own (the last message,
+    or a later user message than the opening goal, which every tool output relates to);
+    all its words count. `ids_from`: when the list ends in tool results, their text; only
+    their rare identifiers count. `source`: the chunks the step came from, left out of
+    the matches (a question always matches itself best)."""
+
+    words: str
+    ids_from: str
+    source: frozenset[str]
+    asks: bool = False  # `words` is a question: recall's lower bar applies (`asking`)
+    # `words` are a reply and the agent's message it answers: on a history sent whole,
+    # that message's many words would index most of it on this request (110-180 ms of a
+    # 1,000-message history against 12-15): they count among what is indexed already
+    reply: bool = False
+
+    @property
+    def text(self) -> str:
+        return (self.words + "\n" + self.ids_from[-QUERY_CHARS:]).strip()
+
+
+def current_step(conv: Conversation) -> Step:
+    parts = conv.parts
+    if not parts:
+        return Step("", "", frozenset())
+    users = [p for p in parts if p.role == "user"]
+    if parts[-1].role != "tool":
+        src = users[-1] if users else parts[-1]
+        words = src.info.text[-QUERY_CHARS:]
+        asks = src.role == "user" and asking(words)
+        prev = parts[-2] if len(parts) > 1 and src is parts[-1] else None
+        if not asks and prev is not None and prev.role == "assistant" and prev.info.text:
+            # a reply ("Yes, go ahead") means what it answers: the agent's proposal
+            both = f"{prev.info.text}\n{words}"[-QUERY_CHARS:]
+            return Step(both, "", frozenset({src.chunk.id, prev.chunk.id}), reply=True)
+        return Step(words, "", frozenset({src.chunk.id}), asks)
+    tail = []
+    for p in reversed(parts):
+        if p.role != "tool":
+            break
+        tail.append(p)
+    ids = {p.chunk.id for p in tail}
+    words = ""
+    if len(users) > 1:  # a later question the agent is still working on
+        ids.add(users[-1].chunk.id)
+        words = users[-1].info.text[-QUERY_CHARS:]
+    tools = "\n".join(p.info.text for p in reversed(tail))[-4 * QUERY_CHARS:]
+    return Step(words, tools, frozenset(ids))
+
+
+_ASKING = re.compile(r"\?(?:\s|$)|(?:^|[.!:;]\s+|\n)\W*(?:what|which|where|who|whom|whose|"
+                     r"when|how|why|remind|recall|remember|did|do you|have you|was|were|"
+                     r"tell me|show me)\b", re.I)
+
+
+def asking(text: str) -> bool:
+    """A user message that asks something (a question mark, or a sentence that opens with
+    a question word: "Hold on. Remind me which server..."): in an agent loop, a question
+    mid-task is about what the conversation has seen."""
+    return bool(_ASKING.search(text))
+
+
+_WORDS = re.compile(r"[A-Za-z]+")
+RELATED_WORDS = 48  # a question's last distinct words that bring their related words
+
+
+def related_of(step: Step, table: RelatedWords | None, min_similarity: float
+               ) -> Related:
+    """A question's related words (store/related.py): related word -> (its word,
+    cosine). Only for a question: it is about what the conversation has seen, in its
+    asker's words, not the source's; other steps keep their own words."""
+    if table is None or not step.asks or min_similarity >= 1.0:
+        return {}
+    words = list(dict.fromkeys(w.lower() for w in reversed(_WORDS.findall(step.words))))
+    return table.expand(words[:RELATED_WORDS], min_similarity)
+
+
+def search(index: RelevanceIndex, step: Step, related: Related | None = None) -> list[Hit]:
+    """Matches of the step's words (BM25, strength against the words' yardstick; a
+    question's `related` words count at cosine x idf, outside the yardstick) and of its
+    tool output's rare identifiers (each such match is clear: strength 1)."""
+    hits: list[Hit] = []
+    if step.words:
+        own = index.query_terms(step.words, settle=not step.reply)
+        extra = index.related_terms(related, own) if related else {}
+        if own:  # a question's adjacent words also count as a phrase ("Hotel Alfama")
+            pairs = index.phrases(step.words) if step.asks else None
+            hits = index.search({**own, **extra}, step.source, ideal=index.ideal(own),
+                                phrases=pairs)
+    if step.ids_from:
+        rare = index.rare_identifiers(step.ids_from, step.source)
+        if rare:
+            by_key = {(h.chunk_id, h.piece): h for h in hits}
+            for h in index.search(rare, step.source):
+                prev = by_key.get((h.chunk_id, h.piece))
+                score = h.score + (prev.score if prev else 0.0)
+                by_key[(h.chunk_id, h.piece)] = replace(h, score=score, strength=1.0)
+            hits = sorted(by_key.values(), key=lambda h: (-h.strength, -h.score,
+                                                          h.chunk_id, h.piece))
+    return hits
