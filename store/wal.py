@@ -14,11 +14,10 @@ deleted once every record in it is in LanceDB; when the log is fully applied the
 segment is closed and deleted too, so an idle store has no open segment and its next
 append creates one (that is also where a read-only or vanished directory shows).
 
-Format: `CTXWAL1\\n`, then records `<u32 length><u32 crc32(payload)><payload>\\n`
-(little-endian; the payload is the caller's bytes, JSON for the store). Reading stops at
-the first record that does not check out: a short record or a run of zero bytes at the
-end is a torn tail (its append never returned: ignored), a checksum mismatch is
-corruption (logged; the segment is kept as `*.corrupt` rather than deleted).
+Format (store/walformat.py): a header line, then length- and checksum-framed records.
+Reading stops at the first record that does not check out: a torn tail (its append never
+returned) is ignored, a checksum mismatch is corruption (logged; the segment is kept as
+`*.corrupt` rather than deleted).
 
 Group commit: appends that arrive while a write is in flight are written together with
 one `write` and one `fdatasync`, so 200 concurrent requests cost a handful of syncs, not
@@ -35,21 +34,18 @@ import errno
 import fcntl
 import os
 import secrets
-import struct
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
 
+from store.walformat import MAGIC, frame, parse
+
 log = structlog.get_logger("ctxwarden.store")
 
-MAGIC = b"CTXWAL1\n"
-HEADER = struct.Struct("<II")  # payload length, crc32(payload)
-END = 0x0A  # b"\n" after each payload: a record ends on a line of its own
 SUFFIX = ".wal"
 SEGMENT_BYTES = 64 << 20  # start a new segment past this (old ones go once applied)
 _sync = getattr(os, "fdatasync", os.fsync)  # data and the size; macOS has only fsync
@@ -75,36 +71,6 @@ class Loaded:
     claimed: int = 0
     torn: int = 0
     corrupt: int = 0
-
-
-def frame(payload: bytes) -> bytes:
-    return HEADER.pack(len(payload), zlib.crc32(payload)) + payload + b"\n"
-
-
-def parse(data: bytes) -> tuple[list[bytes], int, str]:
-    """Payloads of the good records, the offset after the last one, and how it ended:
-    "ok", "torn" (an unfinished append at the end) or "corrupt" (a checksum mismatch)."""
-    if len(data) < len(MAGIC):
-        return [], 0, ("torn" if MAGIC.startswith(data) or not any(data) else "corrupt")
-    if not data.startswith(MAGIC):
-        return [], 0, "corrupt"
-    out: list[bytes] = []
-    pos, n = len(MAGIC), len(data)
-    while pos < n:
-        if not any(memoryview(data)[pos:]):  # zeros past the end of the last sync
-            return out, pos, "torn"
-        if n - pos < HEADER.size + 1:
-            return out, pos, "torn"
-        length, crc = HEADER.unpack_from(data, pos)
-        end = pos + HEADER.size + length
-        if end + 1 > n:
-            return out, pos, "torn"
-        payload = data[pos + HEADER.size:end]
-        if zlib.crc32(payload) != crc or data[end] != END:
-            return out, pos, "corrupt"
-        out.append(payload)
-        pos = end + 1
-    return out, pos, "ok"
 
 
 class WriteAheadLog:

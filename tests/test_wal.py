@@ -16,7 +16,8 @@ import pytest
 
 from store import schema as S
 from store.lance import LanceStore
-from store.wal import MAGIC, WriteAheadLog, frame, parse
+from store.wal import WriteAheadLog
+from store.walformat import MAGIC, frame, parse
 from tests.support.attachments import png
 from tests.support.fakes import FakeEmbedder
 
