@@ -304,19 +304,22 @@ class Workload:
     alone: list[Session] = field(default_factory=list)  # paced, RWOE's proxy alone
 
 
+def paced_sessions(plan: Plan, label: str, meter: Meter) -> list[Session]:
+    """The paced sessions of `plan` ("paced", or "alone": the same shape, other content)."""
+    return [agentgen.generate(kind, random.Random(f"{plan.seed}:{label}:{kind}"),
+                              int(WINDOW * (plan.paced_lo + (plan.paced_hi - plan.paced_lo)
+                                            * i / max(1, len(plan.paced) - 1))),
+                              plan.paced_facts, tokens=meter.tokens)
+            for i, kind in enumerate(plan.paced)]
+
+
 def workload(plan: Plan, meter: Meter) -> Workload:
     b2b = agentgen.sessions(plan.per_kind, plan.seed, WINDOW, plan.lo, plan.hi,
                             tokens=meter.tokens)
-    def paced_of(label: str) -> list[Session]:
-        return [agentgen.generate(kind, random.Random(f"{plan.seed}:{label}:{kind}"),
-                                  int(WINDOW * (plan.paced_lo + (plan.paced_hi - plan.paced_lo)
-                                                * i / max(1, len(plan.paced) - 1))),
-                                  plan.paced_facts, tokens=meter.tokens)
-                for i, kind in enumerate(plan.paced)]
-    paced = paced_of("paced")
+    paced = paced_sessions(plan, "paced", meter)
     # their own content: the paced run's vectors (questions included) are in the
     # embedder's cache, and a question found there waits for nothing
-    alone = paced_of("alone") if plan.alone else []
+    alone = paced_sessions(plan, "alone", meter) if plan.alone else []
     rng = random.Random(plan.seed)
     pool = [(s, f) for s in b2b for f in s.facts]
     rng.shuffle(pool)

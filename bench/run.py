@@ -59,6 +59,8 @@ SECTIONS: dict[str, tuple[str, str, Callable[[bool], Any]]] = {
     "seeds": ("Facts kept over five seeds", "How much the agent-loop figure above owes "
               "to its draw: the same sessions' generator on seeds 0-4, every policy, in "
               "process (bench/seeds.py).", _run("bench.seeds")),
+    "pause": ("Pauses between turns: the same work, slower", "Why RWOE's paced overhead "
+              "reads above its back-to-back overhead (bench/pause.py).", _run("bench.pause")),
     "relevance": ("Lexical relevance index: the candidates", "Per agent turn on tau-bench "
                   "text: add the turn's new passages, then one query over the session "
                   "(bench/relevance.py; why store/relevance.py is hand-rolled).",
