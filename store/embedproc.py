@@ -26,18 +26,13 @@ child asks the kernel to SIGKILL it when its parent dies (`PR_SET_PDEATHSIG`), s
 stopped by a server that is then SIGKILLed does not stay behind, stopped. An urgent job
 resumes it at once.
 
-The child is started with multiprocessing's spawn context (fork is unsafe with threads
-and torch). Spawn re-imports the parent's main module in the child, as `__mp_main__`: a
-script that uses this embedder must keep its work under `if __name__ == "__main__":`, as
-every entry point here does (`ctxwarden`, `python -m bench.…`, pytest).
+The child's process, seen from here (start, ask, signal, reap), is store/embedhandle.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import multiprocessing
-import os
 import signal
 import threading
 import time
@@ -45,14 +40,13 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import structlog
 
-from store.embedchild import CAN_PAUSE, PRECISION, PRECISIONS, child_main
+from store.embedchild import CAN_PAUSE, PRECISION, PRECISIONS
+from store.embedhandle import ChildHandle, EmbedderDied
 
 __all__ = ["CAN_PAUSE", "PRECISIONS", "EmbedProcess", "EmbedderDied"]
 log = structlog.get_logger("ctxwarden.store")
@@ -60,10 +54,6 @@ log = structlog.get_logger("ctxwarden.store")
 Vectors = npt.NDArray[np.float32]
 MAX_ATTEMPTS = 3  # children a job may see die before it fails
 START_TIMEOUT = 600.0  # seconds for a child to import torch and load the model
-
-
-class EmbedderDied(RuntimeError):
-    pass
 
 
 @dataclass(slots=True)
@@ -96,8 +86,7 @@ class EmbedProcess:
         self._queued = 0
         self._current: Job | None = None
         self._thread: threading.Thread | None = None
-        self._proc: Any = None  # multiprocessing.Process of the spawn context
-        self._conn: Connection | None = None
+        self._child: ChildHandle | None = None
         self._ids = itertools.count(1)
         self._stopping = False
         self._want_child = False  # set by `start` and `submit`: keep a child running
@@ -163,13 +152,13 @@ class EmbedProcess:
             if self._paused:
                 return True
             urgent = self._urgent or (self._current is not None and self._current.urgent)
-            proc = self._proc
-            if not CAN_PAUSE or urgent or self._stopping or proc is None:
+            child = self._child
+            if not CAN_PAUSE or urgent or self._stopping or child is None:
                 return False
             try:  # ValueError: `_reap` (another thread) closed it just now
-                if not proc.is_alive():
+                if not child.alive():
                     return False
-                os.kill(proc.pid, signal.SIGSTOP)
+                child.signal(signal.SIGSTOP)
             except (OSError, ValueError):
                 return False
             self._paused = True
@@ -185,12 +174,12 @@ class EmbedProcess:
         return self._paused
 
     def _resume_locked(self) -> None:
-        proc = self._proc
+        child = self._child
         if self._paused:
             self._paused = False
-            if proc is not None:
+            if child is not None:
                 with contextlib.suppress(OSError, ValueError):  # ValueError: closed
-                    os.kill(proc.pid, signal.SIGCONT)
+                    child.signal(signal.SIGCONT)
 
     # -- the dispatcher thread -------------------------------------------------------------
     def _start_thread(self) -> None:
@@ -218,9 +207,9 @@ class EmbedProcess:
                 job = (self._urgent.popleft() if self._urgent
                        else self._bulk.popleft() if self._bulk else None)
                 self._current = job
-            if job is None and self._proc is not None:
+            if job is None and self._child is not None:
                 log.warning("embedder_process_died", pid=self.pid, idle=True,
-                            exitcode=self._proc.exitcode)
+                            exitcode=self._child.exitcode)
             try:
                 if not self._alive() and not self._spawn():
                     if job is not None:  # a child that died while loading is retried;
@@ -237,16 +226,9 @@ class EmbedProcess:
                     self._finish(job, error=exc)
 
     def _run(self, job: Job) -> None:
-        assert self._conn is not None
+        assert self._child is not None
         try:
-            self._conn.send((job.id, job.texts, job.urgent))
-            while True:
-                ready = wait([self._conn, self._proc.sentinel], timeout=5.0)
-                if self._conn in ready:
-                    break
-                if ready or not self._alive():
-                    raise EmbedderDied("the embedding process died")
-            job_id, status, value = self._conn.recv()
+            job_id, status, value = self._child.ask(job.id, job.texts, job.urgent)
         except (EOFError, OSError, EmbedderDied) as exc:
             self._died(job, exc)
             return
@@ -259,7 +241,7 @@ class EmbedProcess:
             self._finish(job, error=RuntimeError(f"embedding failed: {value}"))
 
     def _died(self, job: Job, exc: BaseException) -> None:
-        code = self._proc.exitcode if self._proc is not None else None
+        code = self._child.exitcode if self._child is not None else None
         self._reap()
         if self._stopping:  # `close` killed it: not a death to report or retry
             self._finish(job, error=RuntimeError("the embedder was closed"))
@@ -300,7 +282,7 @@ class EmbedProcess:
     _load_error: BaseException = EmbedderDied("the embedding process is not running")
 
     def _alive(self) -> bool:
-        return self._proc is not None and self._proc.is_alive()
+        return self._child is not None and self._child.alive()
 
     def _respawn_needed(self) -> bool:
         """Idle, wanted and not running (killed, or not started yet): start one now, so
@@ -318,27 +300,14 @@ class EmbedProcess:
             with self._cond:  # a backoff that `close` cuts short
                 self._cond.wait_for(lambda: self._stopping,
                                     min(30.0, 0.5 * 2 ** min(self.failures, 6)))
-        ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=child_main, name="ctxwarden-embed", daemon=True,
-                           args=(child, self._resolve(self.model), self.batch_size,
-                                 self.precision))
-        proc.start()
-        child.close()
+        child = ChildHandle(self._resolve(self.model), self.batch_size, self.precision)
         with self._cond:  # `close` kills the child it sees, or we see that it was closed
-            self._proc, self._conn = proc, parent
+            self._child = child
             stopping = self._stopping
         started = time.monotonic()
         try:
-            while not parent.poll(0):
-                if stopping or self._stopping:
-                    raise EmbedderDied("the embedder was closed while loading")
-                if not proc.is_alive() or time.monotonic() - started > START_TIMEOUT:
-                    raise EmbedderDied("the embedding process exited while loading")
-                wait([parent, proc.sentinel], 1.0)  # an answer, or the child's death
-            kind, value, pid = parent.recv()
-            if kind != "ready":
-                raise RuntimeError(f"the embedding model did not load: {value}")
+            dim, computes, pid = child.ready(lambda: stopping or self._stopping,
+                                             START_TIMEOUT)
         except (EmbedderDied, RuntimeError, EOFError, OSError) as exc:
             if self._stopping:
                 self._reap()
@@ -350,8 +319,7 @@ class EmbedProcess:
             self._reap()
             return False
         self.failures = 0
-        dim, self.computes = value
-        self.dim, self.pid = int(dim), int(pid)
+        self.dim, self.computes, self.pid = dim, computes, pid
         if not self.ready.done():
             self.ready.set_result(self.dim)
         log.info("embedder_process_ready", pid=self.pid, model=self.model, dim=self.dim,
@@ -359,16 +327,10 @@ class EmbedProcess:
         return True
 
     def _reap(self) -> None:
-        proc, conn = self._proc, self._conn
-        self._proc = self._conn = None
+        child, self._child = self._child, None
         self._paused = False  # it is killed below (SIGKILL ends a stopped process too)
-        if conn is not None:
-            conn.close()
-        if proc is not None:
-            if proc.is_alive():
-                proc.kill()
-            proc.join(5.0)
-            proc.close()
+        if child is not None:
+            child.close()
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the dispatcher and the child at once; queued jobs fail. The child is
@@ -380,10 +342,10 @@ class EmbedProcess:
             self._urgent.clear()
             self._bulk.clear()
             self._cond.notify_all()
-            proc = self._proc
-        if proc is not None:  # the dispatcher's wait() on its sentinel returns now
+            child = self._child
+        if child is not None:  # the dispatcher's wait() on its sentinel returns now
             with contextlib.suppress(Exception):
-                proc.kill()
+                child.kill()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
