@@ -601,7 +601,8 @@ def verdicts(results: list[PolicyResult], oracle_tau_hits: float,
                    f"content): "
                    f"p50 {_f(a50, '.1f')} ms ≤ 5: {_met(a50 <= 5)}; p95 {_f(a95, '.1f')} ms "
                    f"≤ 15: {_met(a95 <= 15)} (a question waits for its own vector here, "
-                   f"`recall.question_vector_wait_ms`); facts kept "
+                   f"`recall.question_vector_wait_ms`; the same work takes longer after a "
+                   f"pause alone: section \"Pauses between turns\"); facts kept "
                    f"{_f(rw.alone.facts.share())} ({_kinds(rw.alone.facts)}).")
     out.append(f"- cold-history evidence ≥ 0.8: {_f(rw.cold.facts.share())}: "
                f"{_met(rw.cold.facts.share() >= 0.8)}.")
