@@ -39,10 +39,6 @@ class ChildHandle:
         child.close()
 
     @property
-    def pid(self) -> int:
-        return int(self._proc.pid)
-
-    @property
     def exitcode(self) -> int | None:
         code: int | None = self._proc.exitcode
         return code
