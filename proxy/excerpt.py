@@ -1,8 +1,9 @@
 """What of a recalled passage is shown: the lines that match the query, the fields after
 them, a record continued from the next passage, a window of a line too long to keep.
 
-A passage is cut by length (store/split.py), not by meaning, and a recall block has a
-budget: these choose the part of it that answers the step (proxy/recall.py `select`).
+A passage is cut by length (store/terms.py `passages`), not by meaning, and a recall
+block has a budget: these choose the part of it that answers the step (proxy/recall.py
+`select`).
 """
 
 from __future__ import annotations
