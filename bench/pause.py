@@ -64,13 +64,13 @@ async def replay(pause: float) -> list[tuple[float, bool, str]]:
     return out
 
 
-def _child(pause: float) -> list[tuple[float, bool]]:
+def _child(pause: float) -> list[tuple[float, bool, str]]:
     """One replay in a fresh interpreter (its caches and heap start cold alike)."""
     code = ("import asyncio, sys, orjson; from bench.pause import replay; "
             "sys.stdout.buffer.write(orjson.dumps(asyncio.run(replay(float(sys.argv[1])))))")
     done = subprocess.run([sys.executable, "-c", code, str(pause)], cwd=ROOT, check=True,
                           capture_output=True)
-    return [(float(ms), bool(ev)) for ms, ev, _ in orjson.loads(done.stdout)]
+    return [(float(ms), bool(ev), str(sent)) for ms, ev, sent in orjson.loads(done.stdout)]
 
 
 def _q(values: list[float], q: float) -> float:
@@ -83,22 +83,24 @@ def run(quick: bool = False) -> str:
             "back to back just before and after: p50 (ms) | ratio | "
             "turns that evict nothing: p50 (ms) |", "|---|---|---|---|---|---|"]
     before = _child(0.0)
+    sent = [s for *_, s in before]
     for pause in QUICK_PAUSES if quick else PAUSES:
         got, after = _child(pause), _child(0.0)
-        base = (statistics.median(ms for ms, _ in before)
-                + statistics.median(ms for ms, _ in after)) / 2
-        all_ms = [ms for ms, _ in got]
-        calm = [ms for ms, evicted in got if not evicted]
+        if [s for *_, s in got] != sent or [s for *_, s in after] != sent:
+            raise RuntimeError(f"a replay after {pause} s pauses forwarded other bodies")
+        b50, a50 = (statistics.median(ms for ms, *_ in r) for r in (before, after))
+        all_ms = [ms for ms, *_ in got]
+        calm = [ms for ms, evicted, _ in got if not evicted]
         p50 = statistics.median(all_ms)
         rows.append(f"| {pause:g} s | {len(got)} | {p50:.2f} / {_q(all_ms, 0.95):.2f} | "
-                    f"{statistics.median(ms for ms, _ in before):.2f}, "
-                    f"{statistics.median(ms for ms, _ in after):.2f} | ×{p50 / base:.2f} | "
+                    f"{b50:.2f}, {a50:.2f} | ×{p50 / ((b50 + a50) / 2):.2f} | "
                     f"{statistics.median(calm):.2f} |")
         before = after
     return ("In process, RWOE on the agent-loop route, the paced-alone sessions of seed 0 "
-            "(bench/agentloop.py), no HTTP and no embedder; the same requests and decisions "
-            "in every replay, each replay a fresh process, every paused replay between two "
-            "back-to-back ones (this machine's speed drifts within minutes; the ratio is "
+            "(bench/agentloop.py), no HTTP and no embedder; the same requests in every "
+            "replay, and the same bodies forwarded (checked), each replay a fresh process, "
+            "every paused replay between two back-to-back ones (this machine's speed drifts "
+            "within minutes; the ratio is "
             "against their mean). What changes is only how long the process slept before "
             "each request. After a pause the same work takes longer: the core's caches and "
             "clock have cooled (on this machine a busy loop at nice 19 pinned to the same "
