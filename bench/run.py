@@ -86,6 +86,7 @@ SECTIONS: dict[str, tuple[str, str, Callable[[bool], Any]]] = {
 
 async def _section(name: str, quick: bool) -> str:
     title, intro, fn = SECTIONS[name]
+    speed = cpu_check()  # each section's own: one run alone (--only) states it too
     started = time.perf_counter()
     try:
         # In a worker thread: a sync section may run its own event loop (asyncio.run)
@@ -97,14 +98,16 @@ async def _section(name: str, quick: bool) -> str:
         body = "**This section failed:**\n\n```\n" + traceback.format_exc(limit=4) + "```"
     took = time.perf_counter() - started
     print(f"bench: {name} done in {took:.0f} s", file=sys.stderr)
-    made = f"{name}: {took:.0f} s{', --quick' if quick else ''}, {dt.date.today().isoformat()}"
+    made = (f"{name}: {took:.0f} s{', --quick' if quick else ''}, {dt.date.today().isoformat()}"
+            f"; the machine's loop {speed:.2f} s before, {cpu_check():.2f} s after")
     return f"## {title}\n\n{intro}\n\n{body}\n\n_({made})_\n"
 
 
 def cpu_check(steps: int = 10_000_000) -> float:
     """Seconds for a fixed pure-Python loop: how fast this machine ran at that moment.
     Shared cores vary run to run (the same code's figures moved 40-100 % between two
-    runs an hour apart), so a run's header states it at its start and end."""
+    runs an hour apart), so a run's header states it at its start and end, and each
+    section's footer before and after it (a section rerun alone keeps its own)."""
     t0 = time.perf_counter()
     total = 0
     for i in range(steps):
