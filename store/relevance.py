@@ -8,7 +8,7 @@ passages in well under a millisecond. `bm25s` (sparse matrices) must rebuild its
 for every added document, `tantivy` needs a commit and a reader reload per turn, and
 LanceDB's full-text search needs an index build before new rows are searchable fast.
 
-Terms and passages: store/terms.py.
+Terms and passages: store/terms.py; the lazy inverted index: store/postings.py.
 
 Scores: Okapi BM25 (k1 = 1.2, b = 0.75) with the query's term weights, a passage's length
 measured in characters (so it is known before the passage is indexed). `strength` is a
@@ -23,186 +23,22 @@ is 1 (RWOE's similarity term).
 
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
-from itertools import islice, pairwise
+from itertools import pairwise
 
-from store.terms import PASSAGE_CHARS, WORD, Blob, identifiers, passages, terms
+from store.postings import EAGER, Hit, Postings
+from store.terms import WORD, identifiers, terms
+
+__all__ = ["EAGER", "IDEAL_TERMS", "Hit", "RelevanceIndex"]
 
 K1, B = 1.2, 0.75
 IDEAL_TERMS = 8  # strength's yardstick: the query's most specific terms, not all of them
-EAGER = 64  # waiting passages indexed at once: a turn's new ones, not a cold history's
-@dataclass(frozen=True, slots=True)
-class Hit:
-    chunk_id: str
-    piece: int  # passage number within the chunk
-    text: str
-    score: float  # raw BM25
-    strength: float  # score / the query's ideal score, in [0, 1]
 
 
-class RelevanceIndex:
-    """BM25 over the passages of every chunk added; chunks are added once (by id).
-
-    Lazy in bulk: a chunk's passages are split and numbered when it is added, but their
-    terms reach the postings only when needed. A turn's few new passages are indexed at
-    once (up to `eager` waiting); a whole history arriving cold (1,000 messages, ~600 KB)
-    waits, and each query first indexes the waiting passages that can hold one of its
-    terms (a term is a lower-cased substring of the word it came from: a word, an
-    identifier or one of its pieces, a stem's prefix; an -ies/-ied stem's "y" is left off),
-    found with one `str.find` per term over the waiting text, plus those whose chunk's
-    annotation holds it. BM25's length norm counts a passage's characters, not its terms,
-    so it is known without indexing: scores and document frequencies are the same as if
-    everything had been indexed up front. `index_some` indexes the rest off the request
-    path."""
-
-    def __init__(self, passage_chars: int = PASSAGE_CHARS, eager: int = EAGER) -> None:
-        self.passage_chars = passage_chars
-        self.eager = eager
-        # chunk id -> its passage numbers, consecutive: a range, which the garbage
-        # collector does not track (a list per chunk made every full collection longer)
-        self._chunks: dict[str, range] = {}
-        self._owner: list[str] = []  # passage -> chunk id
-        self._piece: list[int] = []
-        self._text: list[str] = []
-        self._len: list[int] = []  # in characters (BM25's length norm: see the class)
-        self._post: dict[str, dict[int, int]] = {}  # term -> {passage: tf}
-        self._total_len = 0
-        self._annotated: dict[str, frozenset[str]] = {}  # chunk id -> its call's terms
-        self._waiting: dict[int, None] = {}  # passages not in the postings yet, in order
-        self._blob: Blob | None = None  # their text, lowered, to find terms in
-
-    def __len__(self) -> int:
-        return len(self._chunks)
-
-    def __contains__(self, chunk_id: str) -> bool:
-        return chunk_id in self._chunks
-
-    @property
-    def chars(self) -> int:
-        """Characters of text held (every chunk added): what a session's memory scales with."""
-        return self._total_len
-
-    @property
-    def passages_count(self) -> int:
-        return len(self._owner)
-
-    @property
-    def waiting(self) -> int:
-        """Passages added but not indexed yet."""
-        return len(self._waiting)
-
-    def add(self, chunk_id: str, text: str) -> bool:
-        """Add a chunk's passages (they wait: see the class); False (and nothing done) if it
-        is in the index already."""
-        if chunk_id in self._chunks:
-            return False
-        first = len(self._owner)
-        for k, piece in enumerate(passages(text, self.passage_chars)):
-            self._waiting[len(self._owner)] = None
-            self._owner.append(chunk_id)
-            self._piece.append(k)
-            self._text.append(piece)
-            self._len.append(len(piece))
-            self._total_len += len(piece)
-        self._chunks[chunk_id] = range(first, len(self._owner))
-        self._blob = None
-        return True
-
-    def annotated(self, chunk_id: str) -> bool:
-        return chunk_id in self._annotated
-
-    def annotate(self, chunk_id: str, context: str) -> bool:
-        """Count each term of `context` once more in every passage of the chunk, once per
-        chunk: a tool output's call (its name and arguments) says what all of the output
-        is about, though few of its passages repeat those words (`read_file` of
-        `deploy/staging.env` is the staging settings, line after line of `KEY=value`).
-        The passages' text is unchanged; only what they match grows."""
-        nums = self._chunks.get(chunk_id)
-        if nums is None or chunk_id in self._annotated:
-            return False
-        extra = self._annotated[chunk_id] = frozenset(terms(context))
-        for n in nums:
-            if n not in self._waiting:
-                self._count(n, dict.fromkeys(extra, 1))
-        return True
-
-    def index_some(self, limit: int) -> int:
-        """Index up to `limit` waiting passages, oldest first; how many still wait."""
-        for n in list(islice(self._waiting, limit)):
-            self._index(n)
-        return len(self._waiting)
-
-    def _index(self, n: int) -> None:
-        del self._waiting[n]
-        self._blob = None
-        tf = Counter(terms(self._text[n]))
-        for t in self._annotated.get(self._owner[n], ()):
-            tf[t] += 1
-        self._count(n, tf)
-
-    def _count(self, n: int, tf: dict[str, int]) -> None:
-        post = self._post
-        for t, c in tf.items():
-            d = post.get(t)
-            if d is None:
-                post[t] = {n: c}
-            else:
-                d[n] = d.get(n, 0) + c
-
-    def _settle(self, wanted: Iterable[str]) -> None:
-        """Index every waiting passage that may hold one of the `wanted` terms."""
-        if len(self._waiting) <= self.eager:  # a turn's worth: all of it, exactly
-            self.index_some(self.eager)
-            return
-        want = set(wanted)
-        if not want:
-            return
-        if self._blob is None:
-            self._blob = Blob({n: self._text[n] for n in self._waiting})
-        hit = self._blob.holders(want)
-        for cid, extra in self._annotated.items():
-            if not want.isdisjoint(extra):
-                hit.update(n for n in self._chunks[cid] if n in self._waiting)
-        for n in sorted(hit):
-            if n in self._waiting:
-                self._index(n)
-
-    def add_many(self, items: Iterable[tuple[str, str]]) -> int:
-        return sum(self.add(cid, text) for cid, text in items)
-
-    def passage_text(self, n: int) -> str:
-        return self._text[n]
-
-    def hit(self, n: int, score: float = 0.0, strength: float = 0.0) -> Hit:
-        """Passage `n` as a Hit (for matches found another way: vectors)."""
-        return Hit(self._owner[n], self._piece[n], self._text[n], score, strength)
-
-    def following(self, chunk_id: str, piece: int) -> str:
-        """The passage after `piece` in its chunk ("" after the last)."""
-        nums = self._chunks.get(chunk_id)
-        return self._text[nums[piece + 1]] if nums is not None and piece + 1 < len(nums) else ""
-
-    def text(self, chunk_id: str) -> str:
-        return "".join(self._text[n] for n in self._chunks.get(chunk_id, ()))
-
-    def idf(self, term: str) -> float:
-        self._settle((term,))
-        return self._idf(term)
-
-    def df(self, term: str) -> int:
-        """How many indexed passages hold `term` (0 for a term not indexed yet)."""
-        return len(self._post.get(term, ()))
-
-    def _idf(self, term: str) -> float:
-        return self._idf_of(len(self._post.get(term, ())))
-
-    def _idf_of(self, df: int) -> float:
-        n = len(self._owner)
-        return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+class RelevanceIndex(Postings):
+    """BM25 over `Postings`: the query's terms (and a question's related words and
+    phrases) scored against every passage that holds one, best first."""
 
     def phrases(self, text: str) -> dict[str, tuple[float, dict[int, int]]]:
         """The pairs of adjacent words of `text` (a space apart: "Mateo Ramaswamy", "Hotel
