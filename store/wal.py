@@ -14,7 +14,8 @@ deleted once every record in it is in LanceDB; when the log is fully applied the
 segment is closed and deleted too, so an idle store has no open segment and its next
 append creates one (that is also where a read-only or vanished directory shows).
 
-Format (store/walformat.py): a header line, then length- and checksum-framed records.
+Segment files (created, read, cut back, deleted): store/walfiles.py. Format
+(store/walformat.py): a header line, then length- and checksum-framed records.
 Reading stops at the first record that does not check out: a torn tail (its append never
 returned) is ignored, a checksum mismatch is corruption (logged; the segment is kept as
 `*.corrupt` rather than deleted).
@@ -31,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import fcntl
 import os
 import secrets
 import threading
@@ -42,24 +42,14 @@ from pathlib import Path
 
 import structlog
 
-from store.walformat import MAGIC, frame, parse
+from store import walfiles
+from store.walfiles import SUFFIX, Segment
+from store.walformat import frame
 
 log = structlog.get_logger("ctxwarden.store")
 
-SUFFIX = ".wal"
 SEGMENT_BYTES = 64 << 20  # start a new segment past this (old ones go once applied)
-_sync = getattr(os, "fdatasync", os.fsync)  # data and the size; macOS has only fsync
 Durable = Callable[[int], None]
-
-
-@dataclass(slots=True)
-class Segment:
-    path: Path
-    fd: int | None  # open (and flocked) while this process holds it
-    last_seq: int = 0  # the newest record in it (0: none)
-    size: int = 0  # bytes known good
-    owned: bool = True  # ours or a claimed orphan: delete once applied
-    corrupt: bool = False  # keep as *.corrupt instead of deleting
 
 
 @dataclass(slots=True)
@@ -105,35 +95,18 @@ class WriteAheadLog:
         for path in sorted(self.dir.glob(f"*{SUFFIX}")):
             if path in mine:
                 continue
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:  # its writer applied and deleted it just now
+            found = walfiles.read(path, self.writer)
+            if found is None:  # its writer applied and deleted it just now
                 continue
-            claimed = self.writer and _try_lock(fd)
-            try:
-                with open(fd, "rb", closefd=False) as f:
-                    data = f.read()
-            except OSError:
-                os.close(fd)
-                raise
-            payloads, good, how = parse(data)
+            seg, payloads, how = found
             out.segments += 1
-            if how == "corrupt":
-                out.corrupt += 1
-                log.error("wal_corrupt", segment=path.name, offset=good, kept=len(payloads),
-                          size=len(data))
-            elif how == "torn":
-                out.torn += 1
-                log.warning("wal_torn_tail", segment=path.name, offset=good, size=len(data))
-            seg = Segment(path, fd if claimed else None, size=good, owned=claimed,
-                          corrupt=how == "corrupt")
-            if not claimed:
-                os.close(fd)
+            out.corrupt += how == "corrupt"
+            out.torn += how == "torn"
             for p in payloads:
                 self._seq += 1
                 out.records.append((self._seq, p))
             seg.last_seq = self._seq
-            if claimed:
+            if seg.owned:
                 out.claimed += 1
                 with self._lock:
                     self._segments.append(seg)
@@ -186,12 +159,8 @@ class WriteAheadLog:
             seg = self._current
             if seg is None or seg.size >= self.segment_bytes:
                 seg = self._open_segment()
-            assert seg.fd is not None
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(seg.fd, view):]
-                _sync(seg.fd)
+                walfiles.write(seg, data)
             except BaseException:
                 self._retire(seg)
                 raise
@@ -203,27 +172,9 @@ class WriteAheadLog:
         """A new segment, created, locked, headed and synced with its directory entry."""
         if self._current is not None:  # full: keep it (locked) until it is applied
             self._current = None
-        made_dir = not self.dir.is_dir()
-        if made_dir:
-            self.dir.mkdir(parents=True, exist_ok=True)
         self._n += 1
-        path = self.dir / f"{int(time.time() * 1000):013d}-{self._prefix}-{self._n:06d}{SUFFIX}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        seg = Segment(path, fd, last_seq=0, size=0)
-        try:
-            if not _try_lock(fd):
-                raise BlockingIOError(errno.EWOULDBLOCK, f"{path} is locked")
-            os.write(fd, MAGIC)
-            _sync(fd)
-            _sync_dir(self.dir)
-            if made_dir:
-                _sync_dir(self.dir.parent)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                path.unlink()
-            raise
-        seg.size = len(MAGIC)
+        seg = walfiles.create(
+            self.dir, f"{int(time.time() * 1000):013d}-{self._prefix}-{self._n:06d}{SUFFIX}")
         self._segments.append(seg)
         self._current = seg
         return seg
@@ -233,10 +184,7 @@ class WriteAheadLog:
         Its good records stay (deleted once applied); the next append opens a new one."""
         if self._current is seg:
             self._current = None
-        if seg.fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(seg.fd, seg.size)
-                _sync(seg.fd)
+        walfiles.cut_back(seg)
         if seg.last_seq == 0:  # nothing acknowledged in it
             self._drop(seg)
 
@@ -256,17 +204,7 @@ class WriteAheadLog:
                     self._drop(seg)
 
     def _drop(self, seg: Segment) -> None:
-        if seg.fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(seg.fd)
-            seg.fd = None
-        try:
-            if seg.corrupt:
-                seg.path.rename(seg.path.with_name(seg.path.name + ".corrupt"))
-            else:
-                seg.path.unlink(missing_ok=True)
-        except OSError as exc:  # a read-only directory: replayed again (idempotent) later
-            log.warning("wal_delete_failed", segment=seg.path.name, error=type(exc).__name__)
+        walfiles.remove(seg)
         if seg in self._segments:
             self._segments.remove(seg)
 
@@ -292,22 +230,6 @@ class WriteAheadLog:
                     seg.fd = None
             self._segments.clear()
             self._current = None
-
-
-def _try_lock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-def _sync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _retrieve(fut: asyncio.Future[int]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-import store.wal
+import store.walfiles
 from store import schema as S
 from store.base import Event, EvictedChunk, MemoryStore, Store, Turn
 from store.errors import StoreUnavailable
@@ -43,12 +43,12 @@ def failing_sync(exc: OSError) -> Iterator[None]:
     def refuse(_fd: int) -> None:
         raise exc
 
-    real = store.wal._sync
-    store.wal._sync = refuse
+    real = store.walfiles.sync
+    store.walfiles.sync = refuse
     try:
         yield
     finally:
-        store.wal._sync = real
+        store.walfiles.sync = real
 
 
 @contextlib.contextmanager
