@@ -1,10 +1,8 @@
 """Fit a conversation to its budget: sticky decisions first, then the policy's ranking.
 
-Token accounting is exact for what will be sent:
-- a tool result that is evicted becomes a stub (its pairing with the call survives);
-- an assistant `tool_calls` message is dropped only with all its results (the group goes);
-- any other evicted message is dropped.
-Eviction starts only when the request is over budget and then frees down to the low
+Token accounting is exact for what will be sent (proxy/accounting.py: an evicted tool
+result becomes a stub, a call goes only with all its results, any other evicted message
+is dropped). Eviction starts only when the request is over budget and then frees down to the low
 watermark, so the next turns append without evicting and the prompt prefix stays put. A
 policy may also force evictions whatever the budget (`Policy.forced`: observation masking).
 
@@ -18,14 +16,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from policies.base import ChunkClass, Policy, PolicyContext, Ranked
+from proxy.accounting import Accounting, permanent
 from proxy.analysis import counted
 from proxy.chunking import RESULTS, Conversation, Part
 from proxy.cutting import cut
-from proxy.stubs import StubCosts
-from proxy.tokens import REPLY_PRIMING, TokenCounter
+from proxy.tokens import REPLY_PRIMING
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,16 +51,10 @@ FITS_REASON = "the whole request fits the budget: earlier evictions do not apply
 EXACT_ROUNDS = 2  # fits with estimated parts counted, before every part is counted
 RESCALE = 0.10  # counts off the estimates by more than this rescale the rest
 
-class Fitter:
-    def __init__(self, counter: TokenCounter) -> None:
-        self.counter = counter
-        self.stubs = StubCosts(counter)  # each evicted result's stub, once
 
-    def stub(self, part: Part) -> str:
-        return self.stubs.text(part)
-
-    def stub_cost(self, part: Part) -> int:
-        return self.stubs.cost(part)
+class Fitter(Accounting):
+    """Fits a conversation to its budget; what each part then costs and sends is
+    `Accounting`'s (proxy/accounting.py)."""
 
     def fit(self, conv: Conversation, sticky: set[str], budget: int, target: int,
             policy: Policy, ctx: PolicyContext) -> Fit:
@@ -85,7 +76,7 @@ class Fitter:
             if sums is not None:
                 guessed, found = guessed + sums[0], found + sums[1]
             fit.tokens = self.cost(conv, fit.evicted)
-            fit.permanent_tokens = _permanent(conv)
+            fit.permanent_tokens = permanent(conv)
             ratio = found / guessed if guessed else 1.0
             moved = abs(ratio / scale - 1) > RESCALE
             if moved:
@@ -130,7 +121,7 @@ class Fitter:
         evicted = {p.chunk.id for p in parts
                    if p.chunk.id in sticky and p.chunk.klass is not ChunkClass.PERMANENT}
         fit = Fit(evicted=evicted)
-        fit.permanent_tokens = _permanent(conv)
+        fit.permanent_tokens = permanent(conv)
         if evicted and REPLY_PRIMING + sum(p.chunk.tokens for p in parts) <= budget:
             # Sticky decisions keep the prefix stable while a conversation is over budget;
             # they never shrink a request that fits whole (the client trimmed its history,
@@ -239,13 +230,6 @@ class Fitter:
         fit.new.append(Decision(part, r.score, policy.reason))
         return total - before + sum(self.part_cost(conv, p, fit.evicted) for p in affected)
 
-    @staticmethod
-    def _affected(conv: Conversation, part: Part) -> list[Part]:
-        if part.group is None:
-            return [part]
-        head = conv.parts[part.group]
-        return [head, *(conv.parts[j] for j in conv.groups.get(part.group, ()))]
-
     def _group_evictable(self, conv: Conversation, head: Part, evicted: set[str],
                          whole: bool) -> bool:
         for j in conv.groups.get(head.chunk.index, ()):
@@ -255,44 +239,3 @@ class Fitter:
             if not whole and c.id not in evicted:
                 return False
         return True
-
-    def cost(self, conv: Conversation, evicted: set[str]) -> int:
-        total = REPLY_PRIMING
-        for p in conv.parts:
-            total += self.part_cost(conv, p, evicted)
-        return total
-
-    def part_cost(self, conv: Conversation, p: Part, evicted: set[str]) -> int:
-        if p.chunk.id not in evicted:
-            if p.role in RESULTS and p.group is not None:
-                head = conv.parts[p.group].chunk.id
-                if head in evicted and conv.dropped(p.group, evicted):
-                    return 0
-            return p.chunk.tokens if p.cut_tokens is None else p.cut_tokens
-        if p.group is None:
-            return 0
-        if p.role == "assistant":
-            return 0 if conv.dropped(p.group, evicted) else p.chunk.tokens
-        return 0 if conv.dropped(p.group, evicted) else self.stub_cost(p)
-
-    def assemble(self, conv: Conversation, messages: list[dict[str, Any]],
-                 evicted: set[str], cuts: dict[str, str] | None = None,
-                 ) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for p, msg in zip(conv.parts, messages, strict=True):
-            cost = self.part_cost(conv, p, evicted)
-            if cost == 0:
-                continue
-            if p.chunk.id in evicted and p.role in RESULTS:
-                out.append({**msg, "content": self.stub(p)})
-            elif cuts and p.chunk.id in cuts:
-                out.append({**msg, "content": cuts[p.chunk.id]})
-            else:
-                out.append(msg)
-        return out
-
-
-def _permanent(conv: Conversation) -> int:
-    """What the request costs at least: the reply's priming and its PERMANENT parts."""
-    return REPLY_PRIMING + sum(p.chunk.tokens for p in conv.parts
-                               if p.chunk.klass is ChunkClass.PERMANENT)
