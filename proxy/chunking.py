@@ -17,6 +17,7 @@ from typing import Any
 from policies.base import Chunk, ChunkClass
 from proxy.analysis import MessageAnalyzer, MsgInfo, call_of
 from proxy.config import ClassificationSettings
+from proxy.prefix import Prefix, RefState, infos_of
 
 P, S, T, E = (ChunkClass.PERMANENT, ChunkClass.STRUCTURAL, ChunkClass.TRANSIENT,
               ChunkClass.EPHEMERAL)
@@ -154,48 +155,6 @@ class Chunker:
                 klass = S  # text inside a tool result never promotes itself to PERMANENT
             p.chunk.klass = klass
             return
-
-
-@dataclass(slots=True)
-class Prefix:
-    """The messages of a session's previous request and their infos."""
-
-    messages: Sequence[dict[str, Any]]
-    infos: list[MsgInfo]
-    refs: RefState | None = None
-
-
-@dataclass(slots=True)
-class RefState:
-    """`_references` as of the first `upto` messages: the rare-token index and, per
-    message, the turns that referenced it. Mutated in place as a session's history grows."""
-
-    upto: int = 0
-    # rare token -> the first MAX_REF_SOURCES + 1 messages holding it (past that it is
-    # not rare); tuples of ints, which the garbage collector stops tracking: a list per
-    # token was most of what a full collection walked (~10,000 a 1,000-message session)
-    index: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    refs: dict[int, list[int]] = field(default_factory=dict)  # only referenced messages
-
-
-def known_prefix(messages: Sequence[dict[str, Any]], prev: Prefix | None) -> list[MsgInfo]:
-    """The infos of the leading messages that equal the previous request's."""
-    out: list[MsgInfo] = []
-    if prev is not None:
-        old, known = prev.messages, prev.infos
-        for i in range(min(len(old), len(messages))):
-            if messages[i] != old[i]:
-                break
-            out.append(known[i])
-    return out
-
-
-def infos_of(analyzer: MessageAnalyzer, messages: Sequence[dict[str, Any]],
-             prev: Prefix | None) -> tuple[list[MsgInfo], int]:
-    """The messages' infos, and how many leading ones were the previous request's."""
-    out = known_prefix(messages, prev)
-    matched = len(out)
-    return out + [analyzer.info(m) for m in messages[matched:]], matched
 
 
 RESULTS = ("tool", "function")  # a tool call's result; `function`: the legacy API's

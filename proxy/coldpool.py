@@ -35,7 +35,7 @@ import structlog
 import tiktoken
 
 from proxy.analysis import Facts, MessageAnalyzer, MsgInfo, fingerprint, measure, text_of
-from proxy.chunking import Prefix, known_prefix
+from proxy.prefix import Prefix, known_prefix
 from proxy.tokens import TokenCounter
 
 log = structlog.get_logger("ctxwarden")
@@ -129,7 +129,7 @@ class ColdPool:
                     prev: Prefix | None, on_cold: Callable[[], object] | None = None
                     ) -> tuple[list[MsgInfo], int]:
         """The infos of `messages` and how many leading ones were the previous request's
-        (`prev`), as `proxy.chunking.infos_of` returns them. `on_cold` is called first
+        (`prev`), as `proxy.prefix.infos_of` returns them. `on_cold` is called first
         when the unseen messages come to `min_bytes` (proxy/hush.py)."""
         head = known_prefix(messages, prev)
         rest = messages[len(head):]

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.analysis import text_of
-from proxy.chunking import Prefix
 from proxy.errors import InvalidRequest
+from proxy.prefix import Prefix
 from proxy.recall import Block, ChunkMeta
 from store.relevance import RelevanceIndex
 from store.vectors import Vectors

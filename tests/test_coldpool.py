@@ -14,9 +14,9 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from proxy.analysis import MessageAnalyzer, MsgInfo
-from proxy.chunking import Prefix, infos_of
 from proxy.coldpool import ColdPool
 from proxy.keys import PIPELINE
+from proxy.prefix import Prefix, infos_of
 from proxy.tokens import TokenCounter, encoding_for
 from store.base import MemoryStore
 from tests.support.app import CHAT, make, settings_for
