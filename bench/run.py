@@ -57,8 +57,8 @@ SECTIONS: dict[str, tuple[str, str, Callable[[bool], Any]]] = {
                   "generated agent sessions and tau-bench (bench/agentloop.py, generator "
                   "bench/agentgen.py): every policy on the same traffic, targets stated "
                   "as met or not.", _run("bench.agentloop")),
-    "seeds": ("Facts kept over five seeds", "How much the agent-loop figure above owes "
-              "to its draw: the same sessions' generator on seeds 0-4, every policy, in "
+    "seeds": ("Facts kept over ten seeds", "How much the agent-loop figure above owes "
+              "to its draw: the same sessions' generator on seeds 0-9, every policy, in "
               "process (bench/seeds.py).", _run("bench.seeds")),
     "pause": ("Pauses between turns: the same work, slower", "Why RWOE's paced overhead "
               "reads above its back-to-back overhead (bench/pause.py).", _run("bench.pause")),

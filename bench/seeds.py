@@ -3,15 +3,16 @@
 `bench/agentloop.py` measures one seed's sessions through HTTP, with the embedder. The
 tool facts asked there are 18, and which of them a lexical match can reach depends on the
 draw (which paraphrase, which neighbours in the session): on five seeds RWOE kept 7 to 12
-of 18 before related words. This section replays the back-to-back sessions of seeds 0-4
-in process (`Pipeline.prepare`, no HTTP, no embedder: the lexical path, which is all a
-back-to-back loop gets) for every policy on the agent-loop route's settings, and reports
-facts kept by kind per policy, summed over the seeds, with each seed's tool facts.
+of 18 before related words. This section replays the back-to-back sessions of seeds 0-9
+(recall was tuned on 0-4; 5-9 are also reported apart) in process (`Pipeline.prepare`,
+no HTTP, no embedder: the lexical path, which is all a back-to-back loop gets) for every
+policy on the agent-loop route's settings, and reports facts kept by kind per policy,
+summed over the seeds, with each seed's tool facts.
 Then the same on `bench/heldout.py`'s sessions: six other domains, written apart from the
 proxy and from bench/agentgen.py, on which nothing was tuned. Last, both workloads at
-4k, 16k and 32k windows (`windows`): the ranking is not the 8k window's.
+4k, 16k and 32k windows (`windows`, generated seeds 0-4): the ranking is not the 8k window's.
 
-    .venv/bin/python -m bench.seeds [--seeds 0 1 2 3 4] [--held-out] [--windows]
+    .venv/bin/python -m bench.seeds [--seeds 0 1 2 3 4 5 6 7 8 9] [--held-out] [--windows]
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ from bench.recall_gate import measure
 from bench.replay import Meter
 from proxy.config import Settings
 
-SEEDS = (0, 1, 2, 3, 4)
+# Seeds 0-4 are those recall was tuned on (docs/design-notes.md); 5-9 were not looked at
+# until their totals were first read (2026-11-28): the table reports both, and 5-9 apart.
+TUNED_SEEDS = (0, 1, 2, 3, 4)
+SEEDS = (*TUNED_SEEDS, 5, 6, 7, 8, 9)
 # bench/heldout.py's seeds 0-4 showed the misses that recall's phrases and record fields
 # were built for (docs/design-notes.md); the table reports draws nobody looked at then.
 HELD_OUT_SEEDS = (5, 6, 7, 8, 9)
@@ -84,7 +88,7 @@ async def held_out(seeds: tuple[int, ...] = HELD_OUT_SEEDS,
 # Other models' windows: the same two workloads at 4k, 16k and 32k tokens (histories
 # 3-10 windows long, as at 8k), on the same seeds: the ranking is not the 8k window's.
 WINDOWS = (4000, 16000, 32000)
-WINDOW_SEEDS, WINDOW_HELD_SEEDS = SEEDS, HELD_OUT_SEEDS
+WINDOW_SEEDS, WINDOW_HELD_SEEDS = TUNED_SEEDS, HELD_OUT_SEEDS
 
 
 async def windows(sizes: tuple[int, ...] = WINDOWS, seeds: tuple[int, ...] = WINDOW_SEEDS,
@@ -124,14 +128,32 @@ def windows_table(by: dict[tuple[int, str], dict[str, Counter[str]]]) -> str:
     return "\n".join(lines)
 
 
+def untuned(by: dict[str, list[Counter[str]]], seeds: tuple[int, ...]) -> str:
+    """Each policy's facts kept on the seeds recall was not tuned on, as one sentence."""
+    picked = [i for i, seed in enumerate(seeds) if seed not in TUNED_SEEDS]
+    if not picked:
+        return ""
+    cells = []
+    for policy, counts in by.items():
+        total = sum((counts[i] for i in picked), Counter())
+        asked = sum(total[f"asked_{k}"] for k in KINDS)
+        kept = sum(total[f"kept_{k}"] for k in KINDS)
+        cells.append(f"{policy} {kept}/{asked} (tool {total['kept_tool']}/"
+                     f"{total['asked_tool']})")
+    return ("\n\nOn seeds " + ", ".join(str(seeds[i]) for i in picked)
+            + " alone (not the seeds recall was tuned on): " + "; ".join(cells) + ".")
+
+
 async def run(quick: bool = False) -> str:
-    seeds = SEEDS[:2] if quick else SEEDS
+    seeds = (0, 5) if quick else SEEDS
     by = await spread(seeds)
     held_seeds = HELD_OUT_SEEDS[:2] if quick else HELD_OUT_SEEDS
     held = await held_out(held_seeds)
     return ("Back to back, in process, lexical path (no embedder), the agent-loop route: "
             f"seeds {', '.join(map(str, seeds))}, each 9 sessions and 54 facts (18 of each "
-            "kind) as in the HTTP run above, whose seed is 0.\n\n" + table(by, seeds)
+            "kind) as in the HTTP run above, whose seed is 0. Recall's phrases, record "
+            "fields and quantity rule were built on seeds 0-4 (docs/design-notes.md).\n\n"
+            + table(by, seeds) + untuned(by, seeds)
             + "\n\nHeld out: the same replay on `bench/heldout.py`, sessions written apart "
             "from the proxy and from `bench/agentgen.py` (incident response, analytics, "
             "travel, contracts, finance, recruiting; 3 tool, 2 user and 1 constraint fact "

@@ -50,3 +50,16 @@ async def test_windows_measure_each_size_on_sessions_made_for_it(
     assert table.splitlines()[0].endswith("| rwoe | truncate |")
     assert f"| 4,000 | generated | {asked['tool']} / {asked['user']} / " in table
     assert f"({cell}) |" in table
+
+
+def test_untuned_sums_only_the_seeds_recall_was_not_tuned_on() -> None:
+    def kept(tool: int, user: int) -> Counter[str]:
+        return Counter({"asked_tool": 18, "kept_tool": tool, "asked_user": 18,
+                        "kept_user": user, "asked_constraint": 18, "kept_constraint": 18})
+
+    by = {"rwoe": [kept(1, 1), kept(10, 17), kept(12, 18)],
+          "mask": [kept(0, 0), kept(9, 9), kept(8, 8)]}
+    line = seeds.untuned(by, (0, 5, 6))  # seed 0 is among TUNED_SEEDS
+    assert line == ("\n\nOn seeds 5, 6 alone (not the seeds recall was tuned on): "
+                    "rwoe 93/108 (tool 22/36); mask 70/108 (tool 17/36).")
+    assert seeds.untuned(by, (0, 1, 2)) == ""
