@@ -15,7 +15,7 @@ from proxy import metrics
 from proxy.auth import AUTH, tenant_of, upstream_key_of
 from proxy.errors import InvalidRequest, PayloadTooLarge, RouteNotFound
 from proxy.keys import PIPELINE, SETTINGS, STORE, UPSTREAM
-from proxy.pipeline import Prepared
+from proxy.prepared import Prepared
 from proxy.session import session_key
 from proxy.validate import validate_body
 from store.errors import StoreUnavailable

@@ -54,7 +54,8 @@ from proxy.keys import PIPELINE, STORE, UPSTREAM
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from proxy.pipeline import Pipeline, Prepared
+    from proxy.pipeline import Pipeline
+    from proxy.prepared import Prepared
 
 STORE_OPS = ("record", "offload", "log", "recall", "evicted_ids", "events", "sessions", "fetch",
              "log_turns", "turns")

@@ -1,8 +1,9 @@
 """The request's way through the house: chunk → relate → fit → recall → offload → forward.
 
-`Pipeline.prepare` turns a validated client body into the body to forward, never invalid,
-never over the window. Chunks are stored (durably) before the request that drops them is
-forwarded; if the store cannot take them, nothing is dropped and the caller gets a 503.
+`Pipeline.prepare` turns a validated client body into the body to forward (`Prepared`,
+proxy/prepared.py), never invalid, never over the window. Chunks are stored (durably)
+before the request that drops them is forwarded; if the store cannot take them, nothing
+is dropped and the caller gets a 503.
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -21,6 +20,7 @@ from proxy.analysis import MsgInfo
 from proxy.coldpool import ColdPool
 from proxy.config import RouteSettings, Settings
 from proxy.hush import Hush
+from proxy.prepared import Prepared
 from proxy.recall import ChunkMeta, place
 from proxy.recalling import across_sessions, carried, within_session
 from proxy.records import fingerprints, prefix_ratio, record
@@ -36,48 +36,6 @@ from store.quiet import QUIET
 from store.vectors import Vectors
 
 log = structlog.get_logger("ctxwarden")
-
-
-@dataclass(slots=True)
-class Prepared:
-    body: dict[str, Any]
-    route: RouteSettings
-    tenant: str
-    session: str
-    turn: int
-    tokens_in: int
-    tokens_out: int
-    budget: int
-    evicted: int  # chunks out of context in this request
-    new_evictions: int
-    recalled: int
-    prefix_ratio: float
-    events: list[Event] = field(default_factory=list)
-    # The store write and the session's new decisions, when `prepare(defer=True)` left
-    # them for the caller to run once the upstream has accepted the request.
-    pending: Callable[[], Awaitable[None]] | None = None
-
-    async def commit(self) -> None:
-        """Run what `prepare(defer=True)` deferred (a no-op otherwise, or the second time)."""
-        pending, self.pending = self.pending, None
-        if pending is not None:
-            await pending()
-
-    def headers(self) -> dict[str, str]:
-        """What the client sees of the decisions (README: response headers)."""
-        return {"X-Ctxwarden-Session": self.session,
-                "X-Ctxwarden-Tokens-In": str(self.tokens_in),
-                "X-Ctxwarden-Tokens-Out": str(self.tokens_out),
-                "X-Ctxwarden-Evicted": str(self.evicted),
-                "X-Ctxwarden-Recalled": str(self.recalled)}
-
-    def log_fields(self) -> dict[str, Any]:
-        """The request log line's fields (never message text or keys)."""
-        return {"session": self.session, "route": self.route.name, "tenant": self.tenant,
-                "turn": self.turn, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
-                "budget": self.budget, "evicted": self.evicted,
-                "new_evictions": self.new_evictions, "recalled": self.recalled,
-                "policy": self.route.policy, "prefix_ratio": round(self.prefix_ratio, 3)}
 
 
 class Pipeline:
