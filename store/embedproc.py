@@ -26,48 +26,36 @@ child asks the kernel to SIGKILL it when its parent dies (`PR_SET_PDEATHSIG`), s
 stopped by a server that is then SIGKILLed does not stay behind, stopped. An urgent job
 resumes it at once.
 
-The child's process, seen from here (start, ask, signal, reap), is store/embedhandle.py.
+The child's process, seen from here (start, ask, signal, reap), is store/embedhandle.py;
+keeping it (start, replace, pause) store/embedlife.py; the queues store/embedqueue.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import signal
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 
-import numpy as np
-import numpy.typing as npt
 import structlog
 
 from store.embedchild import CAN_PAUSE, PRECISION, PRECISIONS
 from store.embedhandle import ChildHandle, EmbedderDied
+from store.embedlife import ChildLife
+from store.embedqueue import Job, JobQueues, Vectors, joined
 
 __all__ = ["CAN_PAUSE", "PRECISIONS", "EmbedProcess", "EmbedderDied"]
 log = structlog.get_logger("ctxwarden.store")
 
-Vectors = npt.NDArray[np.float32]
 MAX_ATTEMPTS = 3  # children a job may see die before it fails
-START_TIMEOUT = 600.0  # seconds for a child to import torch and load the model
 
 
-@dataclass(slots=True)
-class Job:
-    texts: list[str]
-    future: Future[Vectors] = field(default_factory=Future)
-    since: float = field(default_factory=time.monotonic)
-    attempts: int = 0
-    id: int = 0
-    urgent: bool = False
-
-
-class EmbedProcess:
-    """`submit` jobs from any thread; one child process computes them, one at a time."""
+class EmbedProcess(ChildLife, JobQueues):
+    """`submit` jobs from any thread; one child process computes them, one at a time. The
+    queues' bookkeeping is `JobQueues`' (store/embedqueue.py), the child's life and pauses
+    `ChildLife`'s (store/embedlife.py)."""
 
     def __init__(self, model: str, *, batch_size: int = 8, max_queued: int = 4096,
                  resolve: Callable[[str], str] = lambda m: m,
@@ -121,12 +109,7 @@ class EmbedProcess:
             self._bulk.extend(parts)
             self._queued += len(texts)
             self._cond.notify()
-        return _joined([p.future for p in parts])
-
-    @property
-    def queued(self) -> int:
-        """Texts waiting or being embedded."""
-        return self._queued
+        return joined([p.future for p in parts])
 
     def answers_now(self) -> bool:
         """A query submitted now would start at once: the model is loaded and nothing is
@@ -135,51 +118,6 @@ class EmbedProcess:
         with self._cond:
             return (self.ready.done() and self._current is None and not self._urgent
                     and not self._stopping)
-
-    def oldest_age(self) -> float:
-        """Seconds the oldest job waiting or being embedded has waited (0 when none)."""
-        with self._cond:
-            jobs = [j for j in (self._current, self._urgent[0] if self._urgent else None,
-                                self._bulk[0] if self._bulk else None) if j is not None]
-        return max((time.monotonic() - j.since for j in jobs), default=0.0)
-
-    # -- holding the child still -------------------------------------------------------------
-    def pause(self) -> bool:
-        """SIGSTOP the child: True if it is stopped now (by this call or an earlier one).
-        False where the child cannot be stopped safely (not Linux), when there is none,
-        or when an urgent job is queued or running."""
-        with self._cond:
-            if self._paused:
-                return True
-            urgent = self._urgent or (self._current is not None and self._current.urgent)
-            child = self._child
-            if not CAN_PAUSE or urgent or self._stopping or child is None:
-                return False
-            try:  # ValueError: `_reap` (another thread) closed it just now
-                if not child.alive():
-                    return False
-                child.signal(signal.SIGSTOP)
-            except (OSError, ValueError):
-                return False
-            self._paused = True
-            return True
-
-    def resume(self) -> None:
-        """SIGCONT the child if `pause` stopped it."""
-        with self._cond:
-            self._resume_locked()
-
-    @property
-    def paused(self) -> bool:
-        return self._paused
-
-    def _resume_locked(self) -> None:
-        child = self._child
-        if self._paused:
-            self._paused = False
-            if child is not None:
-                with contextlib.suppress(OSError, ValueError):  # ValueError: closed
-                    child.signal(signal.SIGCONT)
 
     # -- the dispatcher thread -------------------------------------------------------------
     def _start_thread(self) -> None:
@@ -255,83 +193,6 @@ class EmbedProcess:
             return
         self._requeue(job)
 
-    def _requeue(self, job: Job) -> None:
-        with self._cond:  # again, first: it has waited longest
-            if not self._stopping:
-                self._current = None
-                (self._urgent if job.urgent else self._bulk).appendleft(job)
-                self._cond.notify()
-                return
-        self._finish(job, error=RuntimeError("the embedder was closed"))
-
-    def _finish(self, job: Job, *, value: Vectors | None = None,
-                error: BaseException | None = None) -> None:
-        with self._cond:
-            self._queued -= len(job.texts)
-            if self._current is job:
-                self._current = None
-        if job.future.done():
-            return
-        if error is not None:
-            job.future.set_exception(error)
-        else:
-            assert value is not None
-            job.future.set_result(value)
-
-    # -- the child's life ----------------------------------------------------------------
-    _load_error: BaseException = EmbedderDied("the embedding process is not running")
-
-    def _alive(self) -> bool:
-        return self._child is not None and self._child.alive()
-
-    def _respawn_needed(self) -> bool:
-        """Idle, wanted and not running (killed, or not started yet): start one now, so
-        the next job does not wait for the model to load. Not after a failed load: the
-        next job retries that, with a backoff."""
-        return self._want_child and self.failures == 0 and not self._alive()
-
-    def _spawn(self) -> bool:
-        """Start a child and wait until its model is loaded; False (after a backoff) if
-        it could not load it."""
-        self._reap()
-        if self.pid is not None:  # one ran before: this replaces it
-            self.restarts += 1
-        if self.failures:
-            with self._cond:  # a backoff that `close` cuts short
-                self._cond.wait_for(lambda: self._stopping,
-                                    min(30.0, 0.5 * 2 ** min(self.failures, 6)))
-        child = ChildHandle(self._resolve(self.model), self.batch_size, self.precision)
-        with self._cond:  # `close` kills the child it sees, or we see that it was closed
-            self._child = child
-            stopping = self._stopping
-        started = time.monotonic()
-        try:
-            dim, computes, pid = child.ready(lambda: stopping or self._stopping,
-                                             START_TIMEOUT)
-        except (EmbedderDied, RuntimeError, EOFError, OSError) as exc:
-            if self._stopping:
-                self._reap()
-                return False
-            self.failures += 1
-            self._load_error = exc
-            log.error("embedder_process_failed", model=self.model, error=str(exc)[:300],
-                      failures=self.failures)
-            self._reap()
-            return False
-        self.failures = 0
-        self.dim, self.computes, self.pid = dim, computes, pid
-        if not self.ready.done():
-            self.ready.set_result(self.dim)
-        log.info("embedder_process_ready", pid=self.pid, model=self.model, dim=self.dim,
-                 precision=self.computes, seconds=round(time.monotonic() - started, 2))
-        return True
-
-    def _reap(self) -> None:
-        child, self._child = self._child, None
-        self._paused = False  # it is killed below (SIGKILL ends a stopped process too)
-        if child is not None:
-            child.close()
-
     def close(self, timeout: float = 5.0) -> None:
         """Stop the dispatcher and the child at once; queued jobs fail. The child is
         killed, not asked: it holds nothing durable, and a batch it is halfway through
@@ -352,29 +213,3 @@ class EmbedProcess:
         for job in left:
             self._finish(job, error=RuntimeError("the embedder was closed"))
         self._reap()
-
-
-def _joined(parts: list[Future[Vectors]]) -> Future[Vectors]:
-    """One future for the slices' futures, stacked in order (the first error fails it)."""
-    out: Future[Vectors] = Future()
-    left = [len(parts)]
-    lock = threading.Lock()
-
-    def done(part: Future[Vectors]) -> None:
-        with lock:
-            left[0] -= 1
-            last = left[0] == 0
-        if out.done():
-            return
-        exc = part.exception()
-        if exc is not None:
-            with contextlib.suppress(Exception):
-                out.set_exception(exc)
-            return
-        if last:
-            with contextlib.suppress(Exception):
-                out.set_result(np.concatenate([p.result() for p in parts]))
-
-    for p in parts:
-        p.add_done_callback(done)
-    return out
