@@ -2,9 +2,10 @@
 
 Token accounting is exact for what will be sent (proxy/accounting.py: an evicted tool
 result becomes a stub, a call goes only with all its results, any other evicted message
-is dropped). Eviction starts only when the request is over budget and then frees down to the low
-watermark, so the next turns append without evicting and the prompt prefix stays put. A
-policy may also force evictions whatever the budget (`Policy.forced`: observation masking).
+is dropped). Eviction starts only when the request is over budget and then frees down to
+the low watermark, so the next turns append without evicting and the prompt prefix stays
+put. A policy may also force evictions whatever the budget (`Policy.forced`: observation
+masking).
 
 When even everything evictable gone leaves the request over budget, the tail's oversized
 tool results are cut head-and-tail (`cut`): the middle is replaced by one marked line
