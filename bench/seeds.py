@@ -58,13 +58,17 @@ async def spread(seeds: tuple[int, ...] = SEEDS,
     return out
 
 
+def facts(c: Counter[str]) -> tuple[int, int]:
+    """(kept, asked) over every kind of fact."""
+    return sum(c[f"kept_{k}"] for k in KINDS), sum(c[f"asked_{k}"] for k in KINDS)
+
+
 def table(by: dict[str, list[Counter[str]]], seeds: tuple[int, ...]) -> str:
     lines = ["| policy | facts kept | tool / user / constraint | tool facts per seed ("
              + ", ".join(map(str, seeds)) + ") |", "|---|---|---|---|"]
     for policy, counts in by.items():
         total = sum(counts, Counter())
-        asked = sum(total[f"asked_{k}"] for k in KINDS)
-        kept = sum(total[f"kept_{k}"] for k in KINDS)
+        kept, asked = facts(total)
         kinds = " / ".join(f"{total[f'kept_{k}']}/{total[f'asked_{k}']}" for k in KINDS)
         per = ", ".join(f"{c['kept_tool']}/{c['asked_tool']}" for c in counts)
         lines.append(f"| {policy} | **{kept / max(1, asked):.2f}** ({kept}/{asked}) | "
@@ -120,10 +124,9 @@ def windows_table(by: dict[tuple[int, str], dict[str, Counter[str]]]) -> str:
         cells = []
         for p in policies:
             c = counts[p]
-            kept = sum(c[f"kept_{k}"] for k in KINDS)
-            total = max(1, sum(c[f"asked_{k}"] for k in KINDS))
+            kept, total = facts(c)
             kinds = " / ".join(str(c[f"kept_{k}"]) for k in KINDS)
-            cells.append(f"**{kept / total:.2f}** ({kinds})")
+            cells.append(f"**{kept / max(1, total):.2f}** ({kinds})")
         lines.append(f"| {size:,} | {name} | {asked} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -136,8 +139,7 @@ def untuned(by: dict[str, list[Counter[str]]], seeds: tuple[int, ...]) -> str:
     cells = []
     for policy, counts in by.items():
         total = sum((counts[i] for i in picked), Counter())
-        asked = sum(total[f"asked_{k}"] for k in KINDS)
-        kept = sum(total[f"kept_{k}"] for k in KINDS)
+        kept, asked = facts(total)
         cells.append(f"{policy} {kept}/{asked} (tool {total['kept_tool']}/"
                      f"{total['asked_tool']})")
     return ("\n\nOn seeds " + ", ".join(str(seeds[i]) for i in picked)
