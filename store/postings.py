@@ -55,6 +55,7 @@ class Postings:
         self._annotated: dict[str, frozenset[str]] = {}  # chunk id -> its call's terms
         self._waiting: dict[int, None] = {}  # passages not in the postings yet, in order
         self._blob: Blob | None = None  # their text, lowered, to find terms in
+        self._mark = 0  # passages below it came with earlier requests (`catch_up`)
 
     def __len__(self) -> int:
         return len(self._chunks)
@@ -110,6 +111,29 @@ class Postings:
             if n not in self._waiting:
                 self._count(n, dict.fromkeys(extra, 1))
         return True
+
+    def catch_up(self) -> int:
+        """Index the passages still waiting from earlier requests (those before `mark`),
+        how many. A query's scores then do not depend on how far the background got
+        between two requests: a partly indexed history gives other document frequencies
+        for terms a query does not settle (a reply's, a question's related words), so two
+        replicas, or one at another pace, would forward different recalls. Between the
+        turns of an agent loop the background has finished; after a history sent whole
+        and answered at once, the next request indexes the rest (~90 ms for 1,000
+        messages, once)."""
+        done = 0
+        waiting = self._waiting
+        while waiting:
+            n = next(iter(waiting))
+            if n >= self._mark:
+                break
+            self._index(n)
+            done += 1
+        return done
+
+    def mark(self) -> None:
+        """The passages added so far are an earlier request's for `catch_up`."""
+        self._mark = len(self._owner)
 
     def index_some(self, limit: int) -> int:
         """Index up to `limit` waiting passages, oldest first; how many still wait."""

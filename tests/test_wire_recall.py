@@ -649,3 +649,33 @@ def test_a_reply_on_a_history_sent_whole_indexes_nothing_more_for_the_proposal()
     words = f"{proposal}\nYes, please go ahead."
     assert waiting_after(Step(words, "", frozenset(), reply=True)) == len(filler)
     assert waiting_after(Step(words, "", frozenset())) < len(filler) // 2
+
+
+async def test_the_turns_after_a_history_sent_whole_do_not_depend_on_background_indexing(
+        ) -> None:
+    """A history sent whole leaves passages for the background to index (`_drain`). How
+    far it got before the next turns must not change what they forward: a partly indexed
+    history gave a reply other document frequencies, and the recall it chose differed
+    between two replicas serving the same conversation. The next request indexes what the
+    earlier ones left (`Postings.catch_up`)."""
+    from proxy.pipeline import Pipeline
+    from tests.support.trips import session
+
+    st = Settings(store={"path": ":memory:"}, routes=[{
+        "name": "test", "model": "test-*", "context_window": 4000, "max_output_tokens": 256,
+        "upstream": {"model": "openai/gpt-4o", "api_key": "unused"},
+        "recall": {"budget_fraction": 0.15}}])
+    runs: dict[int, list[Any]] = {}
+    for drained in (0, 10, 30, 1000):  # passages the background indexes between turns
+        pipeline = Pipeline(st, MemoryStore())
+        runs[drained] = []
+        for msgs in (session(12), session(14), session(16)):
+            prep = await pipeline.prepare({"model": "test-1", "messages": msgs},
+                                          st.routes[0], "t", "s")
+            runs[drained].append(prep.body)
+            index = pipeline.sessions.get("t", "s").index
+            if msgs == session(12):
+                assert index.waiting > EAGER  # the premise: left to the background
+            index.index_some(drained)
+        await pipeline.close()
+    assert runs[10] == runs[30] == runs[1000] == runs[0]
