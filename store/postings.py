@@ -8,9 +8,12 @@ terms (a term is a lower-cased substring of the word it came from: a word, an
 identifier or one of its pieces, a stem's prefix; an -ies/-ied stem's "y" is left off),
 found with one `str.find` per term over the waiting text, plus those whose chunk's
 annotation holds it. BM25's length norm counts a passage's characters, not its terms,
-so it is known without indexing: scores and document frequencies are the same as if
-everything had been indexed up front. `index_some` indexes the rest off the request
-path. Terms and passages: store/terms.py.
+so it is known without indexing: for the terms a query settles, scores and document
+frequencies are the same as if everything had been indexed up front (those it does not
+settle, a reply's words and a question's related words, count among what is indexed).
+`index_some` indexes the rest off the request path, and the next request first indexes
+whatever is still left (`catch_up`), so its scores never depend on how far that got.
+Terms and passages: store/terms.py.
 """
 
 from __future__ import annotations

@@ -669,12 +669,12 @@ async def test_the_turns_after_a_history_sent_whole_do_not_depend_on_background_
     for drained in (0, 10, 30, 1000):  # passages the background indexes between turns
         pipeline = Pipeline(st, MemoryStore())
         runs[drained] = []
-        for msgs in (session(12), session(14), session(16)):
-            prep = await pipeline.prepare({"model": "test-1", "messages": msgs},
+        for turn, n in enumerate((12, 14, 16)):
+            prep = await pipeline.prepare({"model": "test-1", "messages": session(n)},
                                           st.routes[0], "t", "s")
             runs[drained].append(prep.body)
             index = pipeline.sessions.get("t", "s").index
-            if msgs == session(12):
+            if turn == 0:
                 assert index.waiting > EAGER  # the premise: left to the background
             index.index_some(drained)
         await pipeline.close()
