@@ -84,7 +84,10 @@ class Relater:
         """`asked`: the question whose vector `prefetch` asked for (it is in flight).
         `clear`: the lexical strength at which a match is clear (`recall.min_relevance`):
         a question with one outside itself does not wait for its own vector."""
-        index.catch_up()  # scores must not depend on the background's pace (Postings)
+        step = current_step(conv)
+        related = related_of(step, self.related, related_similarity)
+        if step.reply or related:  # terms it will not settle: they must not count among
+            index.catch_up()  # what the background reached (Postings.catch_up)
         for p in conv.parts:
             index.add(p.chunk.id, p.info.text)
             if p.tool_name and not index.annotated(p.chunk.id):  # about what its call asked
@@ -93,8 +96,6 @@ class Relater:
             if m is None or m.klass != p.chunk.klass.value:  # the tail is PERMANENT only now
                 meta[p.chunk.id] = ChunkMeta(p.chunk.turn, p.role, p.chunk.klass.value)
         index.mark()
-        step = current_step(conv)
-        related = related_of(step, self.related, related_similarity)
         hits = search(index, step, related)
         rel = Relevance(step, hits, index.chunk_scores(hits), related=related)
         if index.waiting:

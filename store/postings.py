@@ -11,8 +11,9 @@ annotation holds it. BM25's length norm counts a passage's characters, not its t
 so it is known without indexing: for the terms a query settles, scores and document
 frequencies are the same as if everything had been indexed up front (those it does not
 settle, a reply's words and a question's related words, count among what is indexed).
-`index_some` indexes the rest off the request path, and the next request first indexes
-whatever is still left (`catch_up`), so its scores never depend on how far that got.
+`index_some` indexes the rest off the request path; a later request whose query has
+terms it will not settle first indexes whatever is still left (`catch_up`), so no
+request's scores depend on how far that got.
 Terms and passages: store/terms.py.
 """
 
@@ -120,10 +121,12 @@ class Postings:
         how many. A query's scores then do not depend on how far the background got
         between two requests: a partly indexed history gives other document frequencies
         for terms a query does not settle (a reply's, a question's related words), so two
-        replicas, or one at another pace, would forward different recalls. Between the
-        turns of an agent loop the background has finished; after a history sent whole
-        and answered at once, the next request indexes the rest (~90 ms for 1,000
-        messages, once)."""
+        replicas, or one at another pace, would forward different recalls. Called only
+        for such a query (proxy/relate.py): one that settles all its terms (a turn ending
+        in tool results, a question without related words) scores the same either way.
+        Between the turns of an agent loop the background has finished; after a history
+        sent whole and answered at once, the first such request indexes the rest (~90
+        ms for 1,000 messages, once)."""
         done = 0
         waiting = self._waiting
         while waiting:

@@ -679,3 +679,43 @@ async def test_the_turns_after_a_history_sent_whole_do_not_depend_on_background_
             index.index_some(drained)
         await pipeline.close()
     assert runs[10] == runs[30] == runs[1000] == runs[0]
+
+
+async def test_a_tool_turn_after_a_history_sent_whole_leaves_the_indexing_to_the_background(
+        ) -> None:
+    """A turn that ends in tool results scores only terms it settles (their rare
+    identifiers): exact whatever the background indexed. It does not index what an
+    earlier request left (`catch_up` is for a reply's or related words), so the turn
+    after a history sent whole costs what any turn costs (docs/design-notes.md), and
+    forwards the same however far the drain got."""
+    from proxy.pipeline import Pipeline
+    from tests.support.trips import session
+
+    st = Settings(store={"path": ":memory:"}, routes=[{
+        "name": "test", "model": "test-*", "context_window": 4000, "max_output_tokens": 256,
+        "upstream": {"model": "openai/gpt-4o", "api_key": "unused"},
+        "recall": {"budget_fraction": 0.15}}])
+    history = [*session(16)[:-1], user("Next, find what went wrong in the nightly job.")]
+    turns = [history]
+    for t in range(3):  # the agent goes on: a call and its result per turn
+        cid = f"later_{t}"
+        out = "src/app.py\nsrc/db.py\n" if t else "Found reservation ZFA04Y again."
+        turns.append([*turns[-1], assistant(None, call(cid, "list_files", '{"dir": "src"}')),
+                      tool(cid, out)])
+    runs: dict[int, list[Any]] = {}
+    waiting: dict[int, list[int]] = {}
+    for drained in (0, 10, 1000):  # passages the background indexes between turns
+        pipeline = Pipeline(st, MemoryStore())
+        runs[drained], waiting[drained] = [], []
+        for msgs in turns:
+            prep = await pipeline.prepare({"model": "test-1", "messages": msgs},
+                                          st.routes[0], "t", "s")
+            runs[drained].append(prep.body)
+            index = pipeline.sessions.get("t", "s").index
+            waiting[drained].append(index.waiting)
+            index.index_some(drained)
+        await pipeline.close()
+    assert runs[10] == runs[1000] == runs[0]
+    assert waiting[0][0] > EAGER  # the premise: the history was left to the background
+    assert min(waiting[0]) > EAGER  # and no tool turn caught up with it
+    assert "ZFA04Y" in json.dumps(runs[0][1])  # its identifier's record still recalled
