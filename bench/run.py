@@ -62,6 +62,11 @@ SECTIONS: dict[str, tuple[str, str, Callable[[bool], Any]]] = {
               "process (bench/seeds.py).", _run("bench.seeds")),
     "pause": ("Pauses between turns: the same work, slower", "Why RWOE's paced overhead "
               "reads above its back-to-back overhead (bench/pause.py).", _run("bench.pause")),
+    "coldnext": ("The turns after a history sent whole", "A resumed conversation's next "
+                 "turns, back to back: a tool turn does not wait for the history's "
+                 "indexing; a reply (or a question with related words) that comes before "
+                 "the background has finished does, once (bench/coldnext.py).",
+                 _run("bench.coldnext")),
     "relevance": ("Lexical relevance index: the candidates", "Per agent turn on tau-bench "
                   "text: add the turn's new passages, then one query over the session "
                   "(bench/relevance.py; why store/relevance.py is hand-rolled).",
