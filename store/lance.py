@@ -46,7 +46,7 @@ from store.media import Media
 from store.reads import Reader
 from store.shared import is_object_store, with_timeouts
 from store.tables import LOGGED, Tables, store_unavailable
-from store.wal import Loaded, WriteAheadLog
+from store.wal import Loaded, WriteAheadLog, default_wal_dir
 from store.worker import EmbedWorker, Row, unembedded, warm_up
 from store.writes import Writer
 
@@ -155,17 +155,13 @@ class LanceStore:
 
     async def _write(self, rows: dict[str, list[Row]], what: str) -> None:
         await self._ready()
-        if not self._logged:
-            await self._direct(rows, what)
+        if not self._logged:  # committed to LanceDB before it returns (`Writer.direct`)
+            await self._writer.direct(rows, what)
             return
         try:
             await self.journal.record(rows)
         except Exception as exc:
             raise store_unavailable(what, exc) from exc
-
-    async def _direct(self, rows: dict[str, list[Row]], what: str) -> None:
-        """Without a log: committed to LanceDB before it returns (`Writer.direct`)."""
-        await self._writer.direct(rows, what)
 
     async def _replay(self, rows: dict[str, list[Row]]) -> None:
         """The journal's apply: logged rows into LanceDB (chunks first), then upkeep."""
@@ -249,10 +245,3 @@ class LanceStore:
         return {"backlog": self.worker.backlog, "embed_lag_s": round(self.worker.lag, 3),
                 "embed_queue": int(queue() if callable(queue) else queue),
                 "wal_pending": self.journal.backlog, "wal_lag_s": round(self.journal.lag, 3)}
-
-
-def default_wal_dir(uri: str) -> Path:
-    """`<store>/_wal` for a local store; `./data/wal/<digest>` for an object-store URI."""
-    if "://" not in uri or uri.startswith("file://"):
-        return Path(uri.removeprefix("file://")) / "_wal"
-    return Path("data") / "wal" / S.hkey("wal", uri)[:16]

@@ -43,6 +43,7 @@ from pathlib import Path
 import structlog
 
 from store import walfiles
+from store.schema import hkey
 from store.walfiles import SUFFIX, Segment
 from store.walformat import frame
 
@@ -235,3 +236,11 @@ class WriteAheadLog:
 def _retrieve(fut: asyncio.Future[int]) -> None:
     if not fut.cancelled():
         fut.exception()
+
+
+def default_wal_dir(uri: str) -> Path:
+    """Where a store's log lives (store/lance.py): `<store>/_wal` for a local store;
+    `./data/wal/<digest of the URI>` for an object-store URI."""
+    if "://" not in uri or uri.startswith("file://"):
+        return Path(uri.removeprefix("file://")) / "_wal"
+    return Path("data") / "wal" / hkey("wal", uri)[:16]
