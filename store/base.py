@@ -215,7 +215,10 @@ class MemoryStore:
 
     async def sessions(self, tenant: str | None = None) -> list[dict[str, Any]]:
         return summarise([asdict(e) for e in self._events
-                          if tenant is None or e.tenant == tenant])
+                          if tenant is None or e.tenant == tenant]
+                         + [{**asdict(t), "action": TURN, "tokens": 0}
+                            for t in self._turns.values()
+                            if tenant is None or t.tenant == tenant])
 
     async def fetch(self, tenant: str, session: str,
                     chunk_ids: Sequence[str]) -> list[EvictedChunk]:

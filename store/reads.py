@@ -15,7 +15,16 @@ from typing import Any
 import structlog
 
 from store import schema as S
-from store.base import Event, EvictedChunk, Passage, RecallQuery, Turn, latest_evicted, summarise
+from store.base import (
+    TURN,
+    Event,
+    EvictedChunk,
+    Passage,
+    RecallQuery,
+    Turn,
+    latest_evicted,
+    summarise,
+)
 from store.embed import Embedder
 from store.journal import Journal
 from store.media import NO_MEDIA, Media
@@ -85,7 +94,13 @@ class Reader:
         where = S.eq("tenant_key", tkey) if tkey is not None else None
         rows = await self.rows(S.EVENTS, where, ["id", "tenant", "session", "turn", "time",
                                                  "action", "tokens"], "list sessions")
-        return summarise(_union(rows, logged))
+        # a session that evicted nothing has its turns only
+        turns = self._journal.all_rows(S.TURNS, tkey)
+        if S.TURNS in self._t.handles:
+            turns = _union(await self.rows(S.TURNS, where, ["id", "tenant", "session", "turn",
+                                                            "time"], "list sessions"), turns)
+        return summarise(_union(rows, logged) + [{**r, "action": TURN, "tokens": 0}
+                                                  for r in turns])
 
     async def fetch(self, tenant: str, session: str,
                     chunk_ids: Sequence[str]) -> list[EvictedChunk]:

@@ -92,15 +92,22 @@ async def test_unknown_session_is_empty(client: TestClient[Any, Any]) -> None:
 
 
 async def test_sessions_listing_and_tenant_header(client: TestClient[Any, Any]) -> None:
-    body = await (await client.get("/admin/sessions")).json()
-    assert body == {"sessions": [
-        {"session": "s2", "events": 1, "evicted": 1, "recalled": 0, "evicted_tokens": 40,
-         "last_turn": 2, "last_time": T0 + 20},
-        {"session": "s1", "events": 2, "evicted": 1, "recalled": 1, "evicted_tokens": 812,
-         "last_turn": 7, "last_time": T0 + 9},
-    ]}
+    """The listing covers every tenant, each row naming its own (the inspector sends it
+    back as `X-Tenant-ID` to open the session); the header narrows it to one tenant."""
+    s2 = {"session": "s2", "events": 1, "evicted": 1, "recalled": 0, "evicted_tokens": 40,
+          "last_turn": 2, "last_time": T0 + 20}
+    s1 = {"session": "s1", "events": 2, "evicted": 1, "recalled": 1, "evicted_tokens": 812,
+          "last_turn": 7, "last_time": T0 + 9}
+    mine = await (await client.get("/admin/sessions",
+                                   headers={"X-Tenant-ID": "default"})).json()
+    assert mine == {"sessions": [{"tenant": "default", **s2}, {"tenant": "default", **s1}]}
+    every = (await (await client.get("/admin/sessions")).json())["sessions"]
+    assert sorted((r["tenant"], r["session"]) for r in every) == [
+        ("default", "s1"), ("default", "s2"), ("other", "s1"), ("other", "s2")]
+    assert {"tenant": "other", **s1} in every
     other = await (await client.get("/admin/sessions", headers={"X-Tenant-ID": "other"})).json()
-    assert [s["session"] for s in other["sessions"]] == ["s2", "s1"]
+    assert [(s["tenant"], s["session"]) for s in other["sessions"]] == [
+        ("other", "s2"), ("other", "s1")]
     nobody = await client.get("/admin/evictions", params={"session": "s1"},
                               headers={"X-Tenant-ID": "nobody"})
     assert await nobody.json() == {"events": []}

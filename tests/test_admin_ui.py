@@ -177,3 +177,56 @@ async def test_inspector_asks_for_the_admin_key_on_401(aiohttp_client: ClientFac
         finally:
             await browser.close()
     assert seen[0] is None and "Bearer wrong" in seen and seen[-1] == "Bearer k1"
+
+
+async def test_the_inspector_opens_a_client_keys_session(aiohttp_client: ClientFactory,
+                                                         tmp_path: Path) -> None:
+    """With client keys, a session belongs to its key's tenant. The listing names it, the
+    inspector sends it back as `X-Tenant-ID` when it opens the session, and `ctxwarden
+    demo` finds it the same way (it printed "turn ?" and "0 turns" when it asked for the
+    default tenant's)."""
+    from playwright.async_api import async_playwright
+
+    from proxy.auth import tenant_for_key
+
+    client_key, admin_key = "sk-client-1", "sk-admin-1"
+    settings = load_settings(ROOT / "config.yaml", store={"path": str(tmp_path / "db")},
+                             auth={"mode": "proxy_keys", "keys": [client_key],
+                                   "admin_keys": [admin_key]})
+    client = await aiohttp_client(init_app(settings))
+    base = str(client.make_url("")).rstrip("/")
+    out = io.StringIO()
+    result = await drive(client.session, base, "keyed-ui", out,
+                         api_headers={"Authorization": f"Bearer {client_key}"},
+                         admin_headers={"Authorization": f"Bearer {admin_key}"})
+    tenant = tenant_for_key(client_key)
+    assert result.tenant == tenant and len(result.turns) == 10 and "turn ?" not in out.getvalue()
+    assert f"ctxwarden log --session keyed-ui --tenant {tenant}" in out.getvalue()
+    assert f"/ui/#session=keyed-ui&tenant={tenant}" in out.getvalue()
+    admin = {"Authorization": f"Bearer {admin_key}", "X-Tenant-ID": tenant}
+    api = await (await client.get("/admin/evictions?session=keyed-ui", headers=admin)).json()
+    assert api["events"]
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            context = await browser.new_context(
+                http_credentials={"username": "admin", "password": admin_key})
+            page = await context.new_page()
+            await page.add_init_script(f"localStorage.setItem('ctxwarden.adminKey', "
+                                       f"'{admin_key}')")
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            await page.goto(f"{base}/ui/")
+            row = page.locator(f'#sessions tr[data-session="keyed-ui"][data-tenant="{tenant}"]')
+            await row.click()
+            await page.locator("#events tbody tr").first.wait_for()
+            assert await page.evaluate("[inspector.session, inspector.tenant]") == [
+                "keyed-ui", tenant]
+            assert await page.locator("#events tbody tr").count() == len(api["events"])
+            await page.locator("#events tbody tr").first.click()  # the chunk, its tenant's
+            await page.locator("#detail").wait_for()
+            assert await page.locator("#detail-text").text_content()
+            assert errors == []
+        finally:
+            await browser.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from store.base import Event, EvictedChunk, RecallQuery
+from store.base import Event, EvictedChunk, RecallQuery, Turn
 from store.embed import CachedEmbedder, get_embedder
 from store.errors import StoreUnavailable
 from store.lance import LanceStore
@@ -221,3 +221,22 @@ async def test_sessions_summary(store: LanceStore) -> None:
                                "last_turn")} == {"events": 3, "evicted": 2, "recalled": 1,
                                                  "evicted_tokens": 200, "last_turn": 6}
     assert await store.sessions("nobody") == []
+
+
+@pytest.mark.parametrize("replayed", [False, True])
+async def test_a_session_that_evicted_nothing_is_listed_by_its_turns(
+        store: LanceStore, replayed: bool) -> None:
+    """Its turn summaries are all the store holds of it: the inspector still lists it,
+    once, whether they are in the log or replayed into LanceDB."""
+    await store.log([event("c1", 3)])
+    await store.log_turns([Turn("acme", "quiet", t, "rwoe", {"budget": 900}, time=100.0 + t)
+                           for t in (1, 2, 3)] + [Turn("other", "quiet", 1, "rwoe", {})])
+    if replayed:
+        await store.flush()
+    rows = await store.sessions("acme")
+    quiet = next(r for r in rows if r["session"] == "quiet")
+    assert quiet == {"tenant": "acme", "session": "quiet", "events": 0, "evicted": 0,
+                     "recalled": 0, "evicted_tokens": 0, "last_turn": 3, "last_time": 103.0}
+    assert [r["session"] for r in rows].count("quiet") == 1
+    assert {(r["tenant"], r["session"]) for r in await store.sessions()} == {
+        ("acme", "s1"), ("acme", "quiet"), ("other", "quiet")}

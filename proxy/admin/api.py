@@ -5,13 +5,17 @@
                                                     [media]}]}
         `media` only on an evict or cut of a message with non-text parts: what it held,
         e.g. "1 image (image/png), 1 file (application/pdf)" (see proxy/admin/chunks.py)
-    GET /admin/sessions              → {"sessions": [{session, events, evicted, recalled,
-                                                      evicted_tokens, last_turn, last_time}]}
+    GET /admin/sessions              → {"sessions": [{tenant, session, events, evicted,
+                                                      recalled, evicted_tokens, last_turn,
+                                                      last_time}]}
+        every tenant's sessions (one that evicted nothing too: its turns), most recent
+        first; `X-Tenant-ID` narrows them to that tenant's
 
 Who may call: `proxy.auth` lets a request reach these routes only with an admin key
-(`auth.admin_keys`; open in mode `none` when none is configured). An admin reads the
-tenant named by `X-Tenant-ID` (a tenant id is the hash `proxy.auth.tenant_for_key` gives,
-and every request log line carries it), else "default". Responses never carry a key.
+(`auth.admin_keys`; open in mode `none` when none is configured). A call about one session
+reads the tenant named by `X-Tenant-ID` (a tenant id is the hash
+`proxy.auth.tenant_for_key` gives; every request log line and every `/admin/sessions` row
+carries it), else "default". Responses never carry a key.
 """
 
 from __future__ import annotations
@@ -60,8 +64,10 @@ async def evictions(request: web.Request) -> web.Response:
 
 
 async def sessions(request: web.Request) -> web.Response:
-    rows = await request.app[STORE].sessions(tenant_of(request))
-    return _json({"sessions": [{k: v for k, v in r.items() if k != "tenant"} for r in rows]})
+    """Every tenant's sessions, each naming its tenant (what the inspector sends back as
+    `X-Tenant-ID` to open one); `X-Tenant-ID` narrows the list to that tenant's."""
+    rows = await request.app[STORE].sessions(request.headers.get(TENANT_HEADER) or None)
+    return _json({"sessions": rows})
 
 
 def setup_admin(app: web.Application) -> None:

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 import aiohttp
 
+from proxy.auth import DEFAULT_TENANT
 from proxy.cli.demo_script import STEPS, SYSTEM, Step
 from proxy.cli.demo_server import DEFAULT_URL, DemoError, started
 
@@ -32,6 +33,7 @@ class DemoResult:
     turns: list[dict[str, Any]] = field(default_factory=list)  # /admin/turns rows
     events: list[dict[str, Any]] = field(default_factory=list)  # /admin/evictions rows
     reply: str = ""  # the model's answer to the last request
+    tenant: str | None = None  # the session's, as /admin/sessions names it
 
 
 def add_parser(subparsers: Any) -> None:
@@ -118,6 +120,9 @@ async def drive(http: aiohttp.ClientSession, url: str, session: str, out: TextIO
                                 f"{(await resp.text())[:300]}")
             body = await resp.json()
         result.reply = str((body.get("choices") or [{}])[0].get("message", {}).get("content"))
+        if result.tenant is None:  # the session's tenant (its key's, in the keyed modes)
+            result.tenant = await _tenant_of(http, url, session, admin)
+            admin = {**admin, "X-Tenant-ID": result.tenant}
         result.events = (await _get(http, f"{url}/admin/evictions?{q}", admin))["events"]
         result.turns = (await _get(http, f"{url}/admin/turns?{q}", admin))["turns"]
         new, seen = result.events[seen:], len(result.events)
@@ -127,6 +132,20 @@ async def drive(http: aiohttp.ClientSession, url: str, session: str, out: TextIO
             out.write(_event_line(e))
     out.write(_totals(result))
     return result
+
+
+async def _tenant_of(http: aiohttp.ClientSession, url: str, session: str,
+                     admin: dict[str, str], wait_s: float = 3.0) -> str:
+    """The session's tenant as `/admin/sessions` names it, once its first turn summary is
+    written (they are written in batches, a quarter second apart: proxy/turnlog.py)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while True:
+        rows = (await _get(http, f"{url}/admin/sessions", admin))["sessions"]
+        found = [str(r["tenant"]) for r in rows if r["session"] == session]
+        if found or loop.time() >= deadline:
+            return found[0] if found else DEFAULT_TENANT
+        await asyncio.sleep(0.1)
 
 
 def _what(step: Step) -> str:
@@ -155,9 +174,12 @@ def _event_line(e: dict[str, Any]) -> str:
 def _totals(r: DemoResult) -> str:
     ev = [e for e in r.events if e["action"] == "evict"]
     rc = [e for e in r.events if e["action"] == "recall"]
+    keyed = r.tenant not in (None, DEFAULT_TENANT)
+    tenant = f" --tenant {r.tenant}" if keyed else ""
+    hash_tenant = f"&tenant={r.tenant}" if keyed else ""
     return (f"\nsession {r.session}: {len(r.turns)} turns, {len(ev)} chunks evicted "
             f"({sum(e['tokens'] for e in ev):,} tokens), {len(rc)} passages recalled "
             f"({sum(e['tokens'] for e in rc):,} tokens)\n"
             f"model's last answer: {r.reply}\n"
-            f"decision log: ctxwarden log --session {r.session}\n"
-            f"inspector: {r.url}/ui/#session={r.session}\n")
+            f"decision log: ctxwarden log --session {r.session}{tenant}\n"
+            f"inspector: {r.url}/ui/#session={r.session}{hash_tenant}\n")

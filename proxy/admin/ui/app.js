@@ -10,14 +10,17 @@ const HUES = { PERMANENT: "#4e79a7", STRUCTURAL: "#59a14f", TRANSIENT: "#f28e2b"
                EPHEMERAL: "#e15759" };
 const KEY = "ctxwarden.adminKey";
 const $ = (id) => document.getElementById(id);
-const state = { session: null, events: [], turns: [], chart: null, waiting: null };
+const state = { session: null, tenant: null, events: [], turns: [], chart: null, waiting: null };
 window.inspector = state; // for tests and the curious: the data behind what is drawn
 
 // ---- the admin API, with a key when the proxy asks for one ------------------------------
-async function api(path) {
+// A call about one session names its tenant (the sessions list gives each row's).
+async function api(path, tenant) {
   for (;;) {
     const key = localStorage.getItem(KEY);
-    const resp = await fetch(path, { headers: key ? { Authorization: `Bearer ${key}` } : {} });
+    const headers = key ? { Authorization: `Bearer ${key}` } : {};
+    if (tenant) headers["X-Tenant-ID"] = tenant;
+    const resp = await fetch(path, { headers });
     if (resp.status === 401 || resp.status === 403) {
       if (key) localStorage.removeItem(KEY);
       await askForKey();
@@ -79,14 +82,18 @@ async function loadSessions() {
   for (const s of sessions) {
     const row = body.insertRow();
     row.dataset.session = s.session;
+    row.dataset.tenant = s.tenant;
     row.tabIndex = 0;
-    if (s.session === state.session) row.classList.add("selected");
+    if (s.session === state.session && s.tenant === state.tenant) row.classList.add("selected");
     cell(row, s.session, "mono");
+    cell(row, s.tenant, "mono");
     cell(row, s.last_turn, "num");
     cell(row, `${s.evicted} · ${fmt(s.evicted_tokens)} tok`, "num");
     cell(row, s.recalled, "num");
     cell(row, new Date(s.last_time * 1000).toLocaleTimeString()).title = when(s.last_time);
-    const open = () => { location.hash = `session=${encodeURIComponent(s.session)}`; };
+    const open = () => {
+      location.hash = `session=${encodeURIComponent(s.session)}&tenant=${encodeURIComponent(s.tenant)}`;
+    };
     row.addEventListener("click", open);
     row.addEventListener("keydown", (ev) => { if (ev.key === "Enter") open(); });
   }
@@ -94,14 +101,16 @@ async function loadSessions() {
 }
 
 // ---- one session ----------------------------------------------------------------------
-async function loadSession(session) {
+async function loadSession(session, tenant) {
   state.session = session;
+  state.tenant = tenant;
   for (const row of $("sessions").tBodies[0].rows) {
-    row.classList.toggle("selected", row.dataset.session === session);
+    row.classList.toggle("selected", row.dataset.session === session &&
+                        (!tenant || row.dataset.tenant === tenant));
   }
   const q = `session=${encodeURIComponent(session)}`;
   const [{ events }, { turns }] = await Promise.all([
-    api(`/admin/evictions?${q}`), api(`/admin/turns?${q}`)]);
+    api(`/admin/evictions?${q}`, tenant), api(`/admin/turns?${q}`, tenant)]);
   state.events = events;
   state.turns = turns;
   $("session-view").hidden = false;
@@ -215,7 +224,7 @@ async function showDetail(i) {
   const e = state.events[i];
   for (const row of $("events").tBodies[0].rows) row.classList.toggle("selected", Number(row.dataset.index) === i);
   const q = new URLSearchParams({ session: state.session, chunk_id: e.chunk_id, turn: String(e.turn) });
-  const { chunk, recall } = await api(`/admin/chunk?${q}`);
+  const { chunk, recall } = await api(`/admin/chunk?${q}`, state.tenant);
   $("detail").hidden = false;
   $("detail-title").textContent = `Turn ${e.turn}: ${e.action} of chunk ${e.chunk_id}`;
   $("detail-meta").textContent =
@@ -230,8 +239,8 @@ async function showDetail(i) {
 }
 
 // ---- wiring ---------------------------------------------------------------------------
-function sessionFromHash() {
-  const m = /(?:^|[#&])session=([^&]+)/.exec(location.hash);
+function fromHash(name) {
+  const m = new RegExp(`(?:^|[#&])${name}=([^&]+)`).exec(location.hash);
   return m ? decodeURIComponent(m[1]) : null;
 }
 
@@ -239,8 +248,8 @@ async function refresh() {
   try {
     showError(null);
     await loadSessions();
-    const s = sessionFromHash();
-    if (s) await loadSession(s);
+    const s = fromHash("session");
+    if (s) await loadSession(s, fromHash("tenant"));
     document.body.dataset.ready = "1";
   } catch (err) {
     showError(err);
