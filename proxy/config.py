@@ -1,6 +1,7 @@
-"""Settings: YAML file, then `CTXWARDEN_*` environment overrides (nested with `__`).
+"""Settings: YAML file, then `CTXWARDEN_*` environment overrides (nested with `__`; a
+route by its index in the YAML's `routes:`, proxy/envconfig.py).
 
-    CTXWARDEN_SERVER__PORT=9000 CTXWARDEN_STORE__PATH=/data ctxwarden serve
+    CTXWARDEN_SERVER__PORT=9000 CTXWARDEN_ROUTES__0__CONTEXT_WINDOW=8000 ctxwarden serve
 
 Unknown keys and bad values stop start-up with a `ConfigError` naming the key. A route's
 settings (its upstream, window, policy, classification and recall): proxy/routing.py.
@@ -18,9 +19,9 @@ from pydantic_settings import (
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    YamlConfigSettingsSource,
 )
 
+from proxy.envconfig import EnvOverrideError, EnvOverYaml
 from proxy.routing import (
     ClassificationSettings,
     ClassRule,
@@ -140,10 +141,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        if cls._yaml_file is not None:
-            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=cls._yaml_file))
-        return tuple(sources)
+        return init_settings, EnvOverYaml(settings_cls, cls._yaml_file)
 
     def route_for(self, model: str) -> RouteSettings | None:
         for r in self.routes:
@@ -171,6 +169,8 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
         where = f"{yaml_path}: " if yaml_path else ""
         lines = [f"{_key(e['loc'])}: {e['msg']}" for e in exc.errors()]
         raise ConfigError(where + "invalid config\n  " + "\n  ".join(lines)) from None
+    except EnvOverrideError as exc:
+        raise ConfigError(str(exc)) from None
     except Exception as exc:  # malformed YAML and the like
         where = f"{yaml_path}: " if yaml_path else ""
         raise ConfigError(f"{where}cannot read config: {exc}") from None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
 
+from policies.base import ChunkClass
 from proxy.config import ConfigError, Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +52,129 @@ def test_env_overrides_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     s = load_settings(write(tmp_path, ISSUE_EXAMPLE))
     assert s.server.port == 9999 and s.store.path == "/tmp/elsewhere"
     assert s.routes[0].name == "bench"
+
+
+TWO_ROUTES = """
+server: {port: 8800}
+routes:
+  - name: small
+    model: "small-*"
+    upstream: {model: openai/small, api_base: "http://127.0.0.1:9100/v1", api_key: sk-test}
+    context_window: 8000
+    policy: rwoe
+    recall: {enabled: true, budget_fraction: 0.2}
+  - name: big
+    upstream: {model: anthropic/claude-x, api_key_env: ANTHROPIC_API_KEY}
+    context_window: 200000
+"""
+
+
+def test_env_overrides_one_key_of_a_route_by_its_index(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CTXWARDEN_ROUTES__<i>__<KEY> overrides that key of the YAML's i-th route (nested keys
+    too); the rest of the route, the other route and the other sections stay the YAML's."""
+    path = write(tmp_path, TWO_ROUTES)
+    expected = copy.deepcopy(load_settings(path).model_dump())
+    monkeypatch.setenv("CTXWARDEN_ROUTES__0__CONTEXT_WINDOW", "5000")
+    monkeypatch.setenv("CTXWARDEN_ROUTES__0__POLICY", "lru")
+    monkeypatch.setenv("CTXWARDEN_ROUTES__0__RECALL__ENABLED", "false")
+    monkeypatch.setenv("CTXWARDEN_ROUTES__1__UPSTREAM__API_BASE", "http://10.0.0.2:8000/v1")
+    monkeypatch.setenv("CTXWARDEN_STORE__PATH", "/data")
+    s = load_settings(path)
+    expected["store"]["path"] = "/data"
+    expected["routes"][0].update(context_window=5000, policy="lru")
+    expected["routes"][0]["recall"]["enabled"] = False
+    expected["routes"][1]["upstream"]["api_base"] = "http://10.0.0.2:8000/v1"
+    assert s.model_dump() == expected
+    assert [r.name for r in s.routes] == ["small", "big"] and s.server.port == 8800
+    assert (s.routes[0].recall.budget_fraction, s.routes[0].upstream.api_base) == \
+        (0.2, "http://127.0.0.1:9100/v1")
+    assert (s.routes[1].context_window, s.routes[1].upstream.model) == \
+        (200000, "anthropic/claude-x")
+
+
+def test_env_route_keys_holding_a_dict_or_list_take_json(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CTXWARDEN_ROUTES__1__POLICY_PARAMS", '{"alpha": 0.5}')
+    monkeypatch.setenv("CTXWARDEN_ROUTES__0__CLASSIFICATION__RULES",
+                       '[{"tool": "read_file", "class": "STRUCTURAL"}]')
+    s = load_settings(write(tmp_path, TWO_ROUTES))
+    assert s.routes[1].policy_params == {"alpha": 0.5}
+    assert [r.model_dump() for r in s.routes[0].classification.rules] == [
+        {"role": None, "tool": "read_file", "pattern": None, "position": None,
+         "klass": ChunkClass.STRUCTURAL}]
+    assert s.routes[0].policy_params == {} and s.routes[1].classification.rules == []
+
+
+def test_env_json_list_still_replaces_the_routes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CTXWARDEN_ROUTES", '[{"name": "only", "upstream": {"model": "openai/x"}}]')
+    s = load_settings(write(tmp_path, TWO_ROUTES))
+    assert [(r.name, r.upstream.model) for r in s.routes] == [("only", "openai/x")]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("CTXWARDEN_ROUTES__5__POLICY", TWO_ROUTES, "{path} has 2 routes (0-1)"),
+        ("CTXWARDEN_ROUTES__2__RECALL__ENABLED", TWO_ROUTES, "{path} has 2 routes (0-1)"),
+        ("CTXWARDEN_ROUTES__small__POLICY", TWO_ROUTES,
+         "a route's index is a number; {path} has 2 routes (0-1)"),
+        ("CTXWARDEN_ROUTES__-1__POLICY", TWO_ROUTES,
+         "a route's index is a number; {path} has 2 routes (0-1)"),
+        ("CTXWARDEN_ROUTES__1__POLICY", ISSUE_EXAMPLE, "{path} has 1 route (0)"),
+        ("CTXWARDEN_ROUTES__0__POLICY", "server: {port: 9000}\n", "{path} has no routes"),
+    ],
+)
+def test_env_override_of_a_missing_route_names_the_variable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, text: str,
+        message: str) -> None:
+    path = write(tmp_path, text)
+    monkeypatch.setenv(name, "lru")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert str(info.value) == f"{name}: " + message.format(path=path)
+
+
+def test_env_override_of_a_route_without_a_config_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CTXWARDEN_ROUTES__0__POLICY", "lru")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert str(info.value) == \
+        "CTXWARDEN_ROUTES__0__POLICY: no config file, so no routes to override"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "needle"),
+    [
+        ("CTXWARDEN_ROUTES__1__CONTEXT_WINDOW", "big",
+         "routes[1].context_window: Input should be a valid integer"),
+        ("CTXWARDEN_ROUTES__0__RECALL__ENABLED", "maybe",
+         "routes[0].recall.enabled: Input should be a valid boolean"),
+        ("CTXWARDEN_ROUTES__0__CONTXT_WINDOW", "5", "routes[0].contxt_window: Extra inputs"),
+        ("CTXWARDEN_ROUTES__0__POLICY", "nope", "routes[0].policy: Unknown policy: nope"),
+        ("CTXWARDEN_ROUTES__1__NAME", "small", "duplicate route name 'small'"),
+    ],
+)
+def test_env_route_values_are_validated_like_the_yaml(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str,
+        needle: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, TWO_ROUTES))
+    assert needle in str(info.value)
+
+
+def test_serve_exits_2_naming_the_variable_of_a_missing_route(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from proxy.cli import main
+
+    path = write(tmp_path, TWO_ROUTES)
+    monkeypatch.setenv("CTXWARDEN_ROUTES__5__POLICY", "lru")
+    assert main(["serve", "--config", str(path)]) == 2
+    assert capsys.readouterr().err == \
+        f"ctxwarden: CTXWARDEN_ROUTES__5__POLICY: {path} has 2 routes (0-1)\n"
 
 
 @pytest.mark.parametrize(
