@@ -17,6 +17,7 @@ from proxy.errors import InvalidRequest, PayloadTooLarge, RouteNotFound
 from proxy.keys import PIPELINE, SETTINGS, STORE, UPSTREAM
 from proxy.prepared import Prepared
 from proxy.session import session_key
+from proxy.upstream.headers import from_client
 from proxy.validate import validate_body
 from store.errors import StoreUnavailable
 from store.quiet import QUIET
@@ -68,20 +69,23 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     fields: dict[str, Any] = {**prepared.log_fields(), "stream": bool(body.get("stream")),
                               "overhead_ms": round((time.perf_counter() - started) * 1000, 2)}
     metrics.observe(request, prepared, fields["overhead_ms"])
+    sent = from_client(request.headers)  # OpenAI-Organization, -Project, -Beta
     if not body.get("stream"):
-        reply = await upstream.complete(route, prepared.body, api_key)
+        reply = await upstream.complete(route, prepared.body, api_key, sent)
         if unproven:
             await _accepted(request, prepared)
         if reply.usage:
             fields["usage_prompt"] = reply.usage.get("prompt_tokens")
             fields["usage_completion"] = reply.usage.get("completion_tokens")
         log.info("request", status=reply.status, latency_ms=_ms(started), **fields)
-        return web.Response(body=reply.body, status=reply.status, headers=prepared.headers(),
+        return web.Response(body=reply.body, status=reply.status,
+                            headers={**reply.headers, **prepared.headers()},
                             content_type="application/json")
-    stream = await upstream.open_stream(route, prepared.body, api_key)
+    stream = await upstream.open_stream(route, prepared.body, api_key, sent)
     if unproven:
         await _accepted(request, prepared)
-    resp = web.StreamResponse(headers={**prepared.headers(), "Cache-Control": "no-cache",
+    resp = web.StreamResponse(headers={**stream.headers, **prepared.headers(),
+                                       "Cache-Control": "no-cache",
                                        "Content-Type": "text/event-stream"})
     outcome = "complete"
     try:
@@ -95,7 +99,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         outcome = "client_disconnected"
         raise
     finally:
-        await stream.aclose()  # type: ignore[attr-defined]
+        await stream.aclose()
         log.info("request", status=200, outcome=outcome, latency_ms=_ms(started), **fields)
     return resp
 

@@ -66,7 +66,10 @@ def _model_of(raw: bytes, content_type: str) -> str | None:
 
 
 def _headers(request: web.Request, target: Target) -> dict[str, str]:
-    out = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+    """The client's headers, less ours; the route's `upstream.extra_headers` win."""
+    route = {k.lower() for k in target.extra_headers}
+    out = {k: v for k, v in request.headers.items()
+           if k.lower() not in _HOP and k.lower() not in route}
     auth = target.headers.get("Authorization")
     if auth:
         out["Authorization"] = auth

@@ -155,7 +155,7 @@ async def test_aclose_mid_stream_disconnects_the_upstream(
     upstream.enqueue(" ".join(["tok"] * 300), chunk_delay=0.01)
     stream = await up.open_stream(route(upstream.url, transport), body(stream=True))
     await stream.__anext__()
-    await stream.aclose()  # type: ignore[attr-defined]
+    await stream.aclose()
     assert await upstream.wait_disconnects(1, timeout=3.0)
     assert upstream.served == 1
 

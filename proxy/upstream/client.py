@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import aiohttp
 
 from proxy.config import RouteSettings
 from proxy.upstream.direct import DirectTransport
-from proxy.upstream.resolve import resolve, resolve_routes, with_key
-from proxy.upstream.transport import Target, Transport, UpstreamReply
+from proxy.upstream.resolve import resolve, resolve_routes, with_client_headers, with_key
+from proxy.upstream.transport import ClosingStream, Target, Transport, UpstreamReply
 from proxy.upstream.via_litellm import LiteLLMTransport, refuse_unsupported
 
 
@@ -53,20 +53,29 @@ class Upstream:
             await self._session.close()
 
     async def complete(self, route: RouteSettings, body: dict[str, Any],
-                       api_key: str | None = None) -> UpstreamReply:
+                       api_key: str | None = None,
+                       headers: Mapping[str, str] | None = None) -> UpstreamReply:
         """A non-streamed chat completion; raises a ProxyError on any upstream failure.
-        `api_key` (auth passthrough) replaces the route's key for this call."""
-        target = self.target(route, api_key)
+        `api_key` (auth passthrough) replaces the route's key for this call; `headers`
+        (the client's, `headers.from_client`) go too where the route sets none of them."""
+        target = self._for_call(route, api_key, headers)
         return await self._transports[target.transport].complete(target, body)
 
     async def open_stream(self, route: RouteSettings, body: dict[str, Any],
-                          api_key: str | None = None) -> AsyncIterator[bytes]:
+                          api_key: str | None = None,
+                          headers: Mapping[str, str] | None = None) -> ClosingStream:
         """SSE bytes; an error status raises here, before anything is sent to the client.
 
-        The iterator's `aclose()` closes the upstream response at once (the client left).
+        The iterator's `aclose()` closes the upstream response at once (the client left);
+        its `headers` are the provider's that the client gets too.
         """
-        target = self.target(route, api_key)
+        target = self._for_call(route, api_key, headers)
         return await self._transports[target.transport].open_stream(target, body)
+
+    def _for_call(self, route: RouteSettings, api_key: str | None,
+                  headers: Mapping[str, str] | None) -> Target:
+        target = self.target(route, api_key)
+        return with_client_headers(target, headers) if headers else target
 
     def check(self, route: RouteSettings, body: dict[str, Any]) -> None:
         """Refuse (InvalidRequest) what the route's transport cannot send, before the

@@ -17,6 +17,7 @@ import orjson
 
 from proxy.errors import ProxyError, UpstreamError
 from proxy.upstream.errors import map_upstream_error
+from proxy.upstream.headers import to_client
 from proxy.upstream.transport import ClosingStream, Target, UpstreamReply, sse_error
 
 _DONE = b"data: [DONE]\n\n"
@@ -79,6 +80,7 @@ async def complete(session: aiohttp.ClientSession, target: Target,
                 raise await _error_status(target, resp)
             raw = await resp.read()
             status = resp.status
+            headers = to_client(resp.headers)
     except ProxyError:
         raise
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
@@ -93,7 +95,7 @@ async def complete(session: aiohttp.ClientSession, target: Target,
                                  secrets=target.secrets)
     usage = parsed.get("usage") if isinstance(parsed, dict) else None
     return UpstreamReply(status=status, body=raw,
-                         usage=usage if isinstance(usage, dict) else None)
+                         usage=usage if isinstance(usage, dict) else None, headers=headers)
 
 
 async def open_stream(session: aiohttp.ClientSession, target: Target,
@@ -121,7 +123,7 @@ async def open_stream(session: aiohttp.ClientSession, target: Target,
     async def close() -> None:
         resp.close()  # drops the connection: the upstream stops generating
 
-    return ClosingStream(_relay(target, resp), close)
+    return ClosingStream(_relay(target, resp), close, to_client(resp.headers))
 
 
 async def _relay(target: Target, resp: aiohttp.ClientResponse) -> AsyncGenerator[bytes, None]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 from urllib.request import (  # type: ignore[attr-defined]  # not in typeshed, in the stdlib
@@ -26,6 +26,7 @@ from litellm.types.utils import LlmProviders
 from litellm.utils import ProviderConfigManager
 
 from proxy.config import ConfigError, RouteSettings
+from proxy.upstream.headers import merged
 from proxy.upstream.transport import Target
 
 # Providers whose LiteLLM config sends OpenAI's request unchanged for a valid OpenAI body
@@ -72,6 +73,18 @@ def with_key(target: Target, key: str) -> Target:
     if target.transport == "direct":
         headers = {**headers, "Authorization": f"Bearer {key}"}
     return dataclasses.replace(target, api_key=key, headers=headers)
+
+
+def with_client_headers(target: Target, client: Mapping[str, str]) -> Target:
+    """`target` also sending the client's `client` headers (`headers.from_client`), less
+    those the route's `upstream.extra_headers` set: the route's win."""
+    if not client:
+        return target
+    if target.transport == "direct":
+        return dataclasses.replace(
+            target, headers=merged(target.headers, target.extra_headers, client))
+    return dataclasses.replace(
+        target, extra_headers=merged(target.extra_headers, target.extra_headers, client))
 
 
 def _resolve(route: RouteSettings) -> Target:
@@ -141,7 +154,7 @@ def _direct(model: str, provider: str, key: str | None, base: str | None,
         raise _Misconfigured(f"upstream.api_base: provider {provider!r} needs one")
     base = base.rstrip("/")
     url = base if base.endswith("/chat/completions") else base + "/chat/completions"
-    headers = {"Content-Type": "application/json", **common.pop("extra_headers")}
+    headers = {"Content-Type": "application/json", **common["extra_headers"]}
     if key:
         headers["Authorization"] = f"Bearer {key}"
     common["api_key"] = key

@@ -19,11 +19,13 @@ from proxy.errors import ProxyError
 
 @dataclass(frozen=True, slots=True)
 class UpstreamReply:
-    """A non-streamed answer: `body` is the chat.completion JSON, sent to the client as-is."""
+    """A non-streamed answer: `body` is the chat.completion JSON, sent to the client as-is;
+    `headers` the provider's that the client gets too (`headers.to_client`)."""
 
     status: int
     body: bytes
     usage: dict[str, Any] | None
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,7 @@ class Target:
     proxy: str | None = field(default=None, repr=False)  # direct: HTTP(S)_PROXY, if any
     api_key: str | None = field(default=None, repr=False)
     headers: dict[str, str] = field(default_factory=dict, repr=False)  # direct: incl. auth
+    # the route's `upstream.extra_headers` (litellm: plus the client's, per request)
     extra_headers: dict[str, str] = field(default_factory=dict, repr=False)
     mock_response: str | None = None
     # litellm: `max_tokens` sent when the client set no output limit (see resolve.py)
@@ -62,15 +65,18 @@ class ClosingStream:
     A plain async generator that was never started runs no `finally` on `aclose()`, so the
     upstream response it holds would leak; this wrapper closes it in every case, and it
     closes it at once, so the upstream sees the disconnect and stops generating.
+    `headers`: the provider's response headers that the client gets too.
     """
 
-    __slots__ = ("_gen", "_close", "_closed")
+    __slots__ = ("_gen", "_close", "_closed", "headers")
 
     def __init__(self, gen: AsyncGenerator[bytes, None],
-                 close: Callable[[], Awaitable[None]]) -> None:
+                 close: Callable[[], Awaitable[None]],
+                 headers: dict[str, str] | None = None) -> None:
         self._gen = gen
         self._close = close
         self._closed = False
+        self.headers = headers or {}
 
     def __aiter__(self) -> ClosingStream:
         return self

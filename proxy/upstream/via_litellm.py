@@ -21,6 +21,7 @@ from litellm.types.utils import all_litellm_params
 
 from proxy.errors import InvalidRequest, ProxyError
 from proxy.upstream.errors import map_upstream_error
+from proxy.upstream.headers import from_litellm
 from proxy.upstream.transport import ClosingStream, Target, UpstreamReply, sse_error
 
 litellm.suppress_debug_info = True  # no "Provider List: …" banners on stdout per error
@@ -122,7 +123,8 @@ async def complete(target: Target, body: dict[str, Any]) -> UpstreamReply:
     data = completion_json(resp)
     usage = data.get("usage")
     return UpstreamReply(status=200, body=orjson.dumps(data),
-                         usage=usage if isinstance(usage, dict) else None)
+                         usage=usage if isinstance(usage, dict) else None,
+                         headers=from_litellm(resp))
 
 
 async def open_stream(target: Target, body: dict[str, Any]) -> ClosingStream:
@@ -142,7 +144,7 @@ async def open_stream(target: Target, body: dict[str, Any]) -> ClosingStream:
     async def close() -> None:
         await stream.aclose()  # closes the provider's HTTP response
 
-    return ClosingStream(_frames(target, first, stream), close)
+    return ClosingStream(_frames(target, first, stream), close, from_litellm(stream))
 
 
 async def _frames(target: Target, first: Any, stream: Any) -> AsyncGenerator[bytes, None]:

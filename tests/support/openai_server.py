@@ -120,7 +120,7 @@ class UpstreamServer(FakeServer):
             if body.get("stream"):
                 return await self._stream(request, body, reply, prompt_tokens)
             return web.Response(body=orjson.dumps(self._completion(body, reply, prompt_tokens)),
-                                content_type="application/json")
+                                headers=reply.headers, content_type="application/json")
         except asyncio.CancelledError:
             self.disconnects += 1
             raise
