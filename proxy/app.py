@@ -12,7 +12,7 @@ from proxy import admin, handlers, passthrough
 from proxy.auth import require_key, setup_auth
 from proxy.config import Settings
 from proxy.errors import MethodNotAllowed, ProxyError, RouteNotFound
-from proxy.keys import PIPELINE, SETTINGS, STORE, UPSTREAM
+from proxy.keys import PIPELINE, REQUEST_ID, SETTINGS, STORE, UPSTREAM
 from proxy.metrics import Metrics, TimedStore, count_requests, setup_metrics
 from proxy.pipeline import Pipeline
 from proxy.replica import Replica
@@ -28,6 +28,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def error_boundary(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every failure leaves as OpenAI's error shape; input never causes a 500."""
     request_id = request.headers.get("X-Request-ID") or handlers.new_request_id()
+    request[REQUEST_ID] = request_id  # a stream's headers get it as it starts (below)
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(request_id=request_id)
     try:
@@ -50,6 +51,14 @@ async def error_boundary(request: web.Request, handler: Handler) -> web.StreamRe
     if not resp.prepared:
         resp.headers["X-Request-ID"] = request_id
     return resp
+
+
+async def stream_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """A streamed response is sent before the boundary sees it: it gets its
+    `X-Request-ID` here, as its headers go out."""
+    request_id = request.get(REQUEST_ID)
+    if request_id is not None and "X-Request-ID" not in response.headers:
+        response.headers["X-Request-ID"] = request_id
 
 
 def make_store(settings: Settings) -> Store:
@@ -84,6 +93,7 @@ def init_app(settings: Settings, store: Store | None = None,
                           # the key check runs inside it (its 401 is mapped too)
                           middlewares=[count_requests, error_boundary, require_key])
     app[SETTINGS] = settings
+    app.on_response_prepare.append(stream_request_id)
     setup_auth(app, settings.auth)  # keys and tenants; /admin/* and /ui* need an admin key
     # Every route's upstream is resolved now: a misconfigured one raises ConfigError here,
     # naming the route, and the server does not start (rather than 502 its first request).

@@ -1,4 +1,5 @@
-"""Typed application keys shared by the edge, the admin API and the pipeline."""
+"""Typed application (and request) keys shared by the edge, the admin API and the
+pipeline."""
 
 from __future__ import annotations
 
@@ -16,3 +17,4 @@ SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 STORE: web.AppKey[Store] = web.AppKey("store")
 UPSTREAM: web.AppKey[Upstream] = web.AppKey("upstream")
 PIPELINE: web.AppKey[Pipeline] = web.AppKey("pipeline")
+REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)  # set by the boundary

@@ -97,8 +97,8 @@ async def test_chat_carries_openai_headers_both_ways(
         assert headers.get_list(name) == [value], name
     assert headers.get_list("X-Upstream-Request-ID") == [UP_ID]
     assert "cf-ray" not in headers and "set-cookie" not in headers
-    if not stream:  # the proxy's own id stays the proxy's
-        assert PROXY_ID.match(headers["X-Request-ID"]), headers["X-Request-ID"]
+    # the proxy's own id stays the proxy's, streamed too (it is sent as the stream starts)
+    assert PROXY_ID.match(headers["X-Request-ID"]), headers["X-Request-ID"]
     assert UP_ID not in headers.get_list("X-Request-ID")
     assert headers["X-Ctxwarden-Session"]  # the proxy's headers are all still there
 
