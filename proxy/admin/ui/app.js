@@ -85,8 +85,13 @@ async function loadSessions() {
     row.dataset.tenant = s.tenant;
     row.tabIndex = 0;
     if (s.session === state.session && s.tenant === state.tenant) row.classList.add("selected");
-    cell(row, s.session, "mono");
-    cell(row, s.tenant, "mono");
+    const id = cell(row, s.session, "mono");
+    if (s.tenant !== "default") {  // a client key's tenant (keyed modes): under the id
+      const t = document.createElement("div");
+      t.className = "tenant";
+      t.textContent = s.tenant;
+      id.append(t);
+    }
     cell(row, s.last_turn, "num");
     cell(row, `${s.evicted} · ${fmt(s.evicted_tokens)} tok`, "num");
     cell(row, s.recalled, "num");
