@@ -207,15 +207,20 @@ async def test_over_the_window_and_a_wrong_base_path(
 @pytest.mark.parametrize("kind", [None, "overloaded_error"])
 async def test_a_stream_cut_midway_ends_with_an_error_event(
         up: Upstream, claude: AnthropicServer, kind: str | None) -> None:
-    """Dropped, or ended by Anthropic's own `error` event (it overloads mid-stream too)."""
+    """Dropped, or ended by Anthropic's own `error` event (it overloads mid-stream too:
+    said as overloaded, with the code a 529 gets)."""
     claude.enqueue("one two three four five", break_after=5, type=kind)
     events = parse_sse(await collect(await up.open_stream(route(claude.url), body(stream=True))))
     assert "[DONE]" not in events and events[0]["choices"][0]["delta"]["content"] == "one"
     err = events[-1]["error"]
+    if kind:
+        assert err == {"message": f"The upstream at {claude.url} is overloaded and broke off "
+                                  "the stream: Overloaded",
+                       "type": "service_unavailable_error", "code": "upstream_overloaded"}
+        return
     assert (err["type"], err["code"]) == ("upstream_error", "upstream_stream_broken")
-    reason = "Overloaded" if kind else "Response payload is not completed: <TransferEncodingError"
     assert err["message"].startswith(f"The upstream at {claude.url} broke off the stream: "
-                                     + reason)
+                                     "Response payload is not completed: <TransferEncodingError")
     assert "Original exception" not in err["message"]
 
 

@@ -16,7 +16,7 @@ import aiohttp
 import orjson
 
 from proxy.errors import ProxyError, UpstreamError
-from proxy.upstream.errors import map_upstream_error
+from proxy.upstream.errors import map_upstream_error, not_an_event_stream
 from proxy.upstream.headers import to_client
 from proxy.upstream.transport import ClosingStream, Target, UpstreamReply, sse_error
 
@@ -111,8 +111,7 @@ async def open_stream(session: aiohttp.ClientSession, target: Target,
             raise await _error_status(target, resp)
         ctype = resp.headers.get("Content-Type", "")
         if "text/event-stream" not in ctype:
-            raise UpstreamError(f"The upstream at {target.api_base} answered a streaming "
-                                f"request with {ctype or 'no content type'}, not an event stream.")
+            raise not_an_event_stream(ctype, target.api_base)
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         resp.close()
         raise _fail(target, exc) from None

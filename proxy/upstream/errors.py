@@ -15,6 +15,12 @@ Statuses that are easy to get wrong:
 - Google's body carries the true HTTP status (`code`): LiteLLM raises Gemini's 503
   UNAVAILABLE as a 500, which the body corrects. Only a 500 is corrected: LiteLLM's other
   statuses are deliberate (Google's 400 "API key not valid" becomes a 401).
+- Anthropic's `overloaded_error` as a stream event reaches us from LiteLLM as a 500 with only
+  its message (LiteLLM drops the kind), so that message, "Overloaded", means overloaded: a
+  503 before the first byte, an `upstream_overloaded` error event after it.
+- A reply LiteLLM could not parse (a 200 with an empty or non-JSON body) is raised as a 500
+  (Gemini: a 422); the JSONDecodeError inside says what happened, and it is a 502 that says
+  so, not an error status the upstream never sent.
 - 404 is `model_not_found` only when the provider says so (its code, or a message about a
   model). Any other 404 (an HTML "Not Found" from a wrong `api_base` path) is a 502
   `upstream_not_found`: the client's model is fine, the route's URL is not.
@@ -23,6 +29,7 @@ Statuses that are easy to get wrong:
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -52,6 +59,7 @@ _CONTEXT = re.compile(r"context.length|context.window|maximum context|too many t
 _MODEL = re.compile(r"\bmodels?\b", re.I)  # a 404 about the model, not the URL
 _KEYLIKE = re.compile(r"\b(?:sk|pk|rk|xai|gsk|csk)[-_][A-Za-z0-9_\-*]{3,}")
 _CONNECT = ("Connection error", "Cannot connect", "Connection refused", "connect call failed")
+_OVERLOADED = "Overloaded"  # Anthropic's message for overloaded_error
 
 
 def map_upstream_error(
@@ -76,10 +84,21 @@ def map_upstream_error(
     if exc is not None and _is_timeout(exc):
         limit = f" within {timeout:g}s" if timeout else ""
         return UpstreamTimeout(f"The upstream{where} did not answer{limit}.")
+    not_json = _json_error(exc)
+    if not_json and midstream:
+        return UpstreamError(f"LiteLLM could not read an event from the upstream{where} as "
+                             f"JSON, so the stream ends here: {not_json}",
+                             code="upstream_stream_broken")
+    if not_json:
+        return UpstreamError(f"The upstream{where} answered with a body that is not JSON: "
+                             f"{not_json}")
     if exc is not None and midstream:
-        reason = litellm_message(_first_line(exc))
-        return UpstreamError(f"The upstream{where} broke off the stream: "
-                             f"{_scrub(reason, secrets)}", code="upstream_stream_broken")
+        reason = _scrub(litellm_message(_first_line(exc)), secrets)
+        if reason == _OVERLOADED:
+            return UpstreamUnavailable(f"The upstream{where} is overloaded and broke off the "
+                                       f"stream: {reason}", code="upstream_overloaded")
+        return UpstreamError(f"The upstream{where} broke off the stream: {reason}",
+                             code="upstream_stream_broken")
     if exc is not None and _is_connect(exc):
         return UpstreamError(f"Could not connect to the upstream{where}: "
                              f"{_scrub(_first_line(exc), secrets)}", code="upstream_unreachable")
@@ -100,10 +119,19 @@ def map_upstream_error(
     if status is None:  # not an HTTP answer at all: a broken connection, a bug in a transport
         reason = _scrub(parsed.message or _first_line(exc) or "unknown error", secrets)
         return UpstreamError(f"The upstream{where} failed: {reason}")
+    kind = parsed.kind or ("overloaded_error" if status == 500
+                           and parsed.message == _OVERLOADED else None)
     err = ErrorBody(_scrub(parsed.message or f"The upstream answered HTTP {status}.", secrets),
-                    parsed.code, parsed.param, parsed.kind, retry_after=parsed.retry_after)
+                    parsed.code, parsed.param, kind, retry_after=parsed.retry_after)
     context = type(exc).__name__ == "ContextWindowExceededError" if exc is not None else False
     return _by_status(status, err, headers or {}, context, where)
+
+
+def not_an_event_stream(content_type: str | None, api_base: str | None) -> UpstreamError:
+    """A streaming request answered with something else (a JSON body: the reply as if not
+    streamed). Refused rather than relayed: read as SSE it holds no event, and is lost."""
+    return UpstreamError(f"The upstream{_where(api_base)} answered a streaming request with "
+                         f"{content_type or 'no content type'}, not an event stream.")
 
 
 def _by_status(status: int, err: ErrorBody, headers: Mapping[str, str], context: bool,
@@ -163,6 +191,14 @@ def _is_connect(exc: BaseException) -> bool:
             return any(s in str(e) for s in _CONNECT)
     text = str(exc)
     return "InternalServerError" in type(exc).__name__ and any(s in text for s in _CONNECT)
+
+
+def _json_error(exc: BaseException | None) -> str | None:
+    """The parser's words when LiteLLM (or the SDK under it) failed to parse the reply."""
+    for e in _chain(exc) if exc is not None else ():
+        if isinstance(e, json.JSONDecodeError):
+            return str(e)
+    return None
 
 
 def _chain(exc: BaseException) -> Iterable[BaseException]:

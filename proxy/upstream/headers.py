@@ -49,11 +49,22 @@ def to_client(headers: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def from_litellm(response: object) -> dict[str, str]:
-    """`to_client` of the provider headers LiteLLM kept on a response or a stream."""
+def _litellm_kept(response: object) -> dict[str, object]:
     hidden = getattr(response, "_hidden_params", None)
     extra = hidden.get("additional_headers") if isinstance(hidden, dict) else None
-    if not isinstance(extra, dict):
+    return extra if isinstance(extra, dict) else {}
+
+
+def provider_header(response: object, name: str) -> str | None:
+    """One of the provider's own response headers, as LiteLLM kept it (None if it did not)."""
+    value = _litellm_kept(response).get(_LITELLM_RAW + name.lower())
+    return str(value) if value is not None else None
+
+
+def from_litellm(response: object) -> dict[str, str]:
+    """`to_client` of the provider headers LiteLLM kept on a response or a stream."""
+    extra = _litellm_kept(response)
+    if not extra:
         return {}
     raw = {k.removeprefix(_LITELLM_RAW): str(v) for k, v in extra.items()
            if isinstance(k, str) and k.startswith(_LITELLM_RAW)}

@@ -20,8 +20,8 @@ import orjson
 from litellm.types.utils import all_litellm_params
 
 from proxy.errors import InvalidRequest, ProxyError
-from proxy.upstream.errors import map_upstream_error
-from proxy.upstream.headers import from_litellm
+from proxy.upstream.errors import map_upstream_error, not_an_event_stream
+from proxy.upstream.headers import from_litellm, provider_header
 from proxy.upstream.transport import ClosingStream, Target, UpstreamReply, sse_error
 
 litellm.suppress_debug_info = True  # no "Provider List: …" banners on stdout per error
@@ -40,6 +40,9 @@ _CONTROL = (frozenset(all_litellm_params) | {
     "custom_llm_provider", "headers", "client", "model", "messages", "stream",
 }) - {"metadata"}
 _DONE = b"data: [DONE]\n\n"
+# What a provider streams in varies (SSE, Ollama's NDJSON, Bedrock's event stream), but
+# none streams these: a reply to a streaming request in one is the reply as if not streamed.
+_NOT_A_STREAM = frozenset({"application/json", "text/html"})
 
 
 class LiteLLMTransport:
@@ -132,6 +135,10 @@ async def open_stream(target: Target, body: dict[str, Any]) -> ClosingStream:
         stream = await litellm.acompletion(**_kwargs(target, body, stream=True))
     except Exception as exc:
         raise _fail(target, exc) from None
+    ctype = provider_header(stream, "Content-Type")
+    if ctype is not None and ctype.split(";")[0].strip().lower() in _NOT_A_STREAM:
+        await stream.aclose()  # LiteLLM would read it as an empty stream: the reply, lost
+        raise not_an_event_stream(ctype, target.api_base)
     # Some providers only fail on the first read; take it now so an error still gets a status.
     try:
         first: Any = await stream.__anext__()
