@@ -118,6 +118,7 @@ def init_app(settings: Settings, store: Store | None = None,
     app.router.add_post("/v1/chat/completions", handlers.chat_completions)
     app.router.add_post("/chat/completions", handlers.chat_completions)
     app.router.add_get("/v1/models", handlers.models)
+    app.router.add_get("/v1/models/{model:.+}", handlers.model)
     app.router.add_get("/healthz", handlers.healthz)
     setup_metrics(app, m)  # GET /metrics, request counts, store and upstream timings
     # /admin/evictions, /admin/sessions, and the inspector: /ui, /admin/turns, /admin/chunk,

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from proxy import metrics
 from proxy.auth import AUTH, tenant_of, upstream_key_of
+from proxy.config import Settings
 from proxy.errors import InvalidRequest, PayloadTooLarge, RouteNotFound
 from proxy.keys import PIPELINE, SETTINGS, STORE, UPSTREAM
 from proxy.prepared import Prepared
@@ -51,9 +52,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         settings = request.app[SETTINGS]
         route = settings.route_for(body["model"])
         if route is None:
-            names = ", ".join(r.model for r in settings.routes) or "none configured"
-            raise RouteNotFound(f"The model '{body['model']}' does not exist or no route "
-                                f"matches it (routes: {names}).", param="model")
+            raise _no_route(settings, body["model"])
         upstream = request.app[UPSTREAM]
         upstream.check(route, body)
         tenant = tenant_of(request)
@@ -125,6 +124,23 @@ async def models(request: web.Request) -> web.Response:
              "object": "model", "created": 0, "owned_by": "ctxwarden", "route": r.name}
             for r in request.app[SETTINGS].routes]
     return web.json_response({"object": "list", "data": data}, dumps=_dumps)
+
+
+async def model(request: web.Request) -> web.Response:
+    """`GET /v1/models/{id}` (`client.models.retrieve`): the model, if a route takes it."""
+    settings = request.app[SETTINGS]
+    name = request.match_info["model"]
+    route = settings.route_for(name)
+    if route is None:
+        raise _no_route(settings, name)
+    return web.json_response({"id": name, "object": "model", "created": 0,
+                              "owned_by": "ctxwarden", "route": route.name}, dumps=_dumps)
+
+
+def _no_route(settings: Settings, model: str) -> RouteNotFound:
+    names = ", ".join(r.model for r in settings.routes) or "none configured"
+    return RouteNotFound(f"The model '{model}' does not exist or no route matches it "
+                         f"(routes: {names}).", param="model")
 
 
 async def healthz(request: web.Request) -> web.Response:

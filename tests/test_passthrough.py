@@ -78,6 +78,10 @@ async def test_query_and_method_are_kept(aiohttp_client: ClientFactory,
     seen = upstream.history[-1]
     assert seen.path == "/v1/files?limit=3&purpose=batch"
     assert seen.headers["OpenAI-Beta"] == "assistants=v2"
+    # GET /v1/models/{id} is ours; deleting a fine-tuned model is the provider's
+    gone = await client.delete("/v1/models/ft:gpt-4o:acme:x1")
+    assert await gone.json() == {"id": "ft:gpt-4o:acme:x1", "object": "model", "deleted": True}
+    assert upstream.history[-1].path == "/v1/models/ft:gpt-4o:acme:x1"
 
 
 async def test_a_stream_is_relayed_byte_for_byte(aiohttp_client: ClientFactory,

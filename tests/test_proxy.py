@@ -177,6 +177,15 @@ async def test_models_health_and_unknown_path(make_client: Any, sdk: SDK) -> Non
     client = await make_client()
     models = await sdk(client).models.list()
     assert [m.id for m in models.data] == ["test"]
+    # retrieve: by the route's name or any model its glob takes; else OpenAI's 404
+    got = await sdk(client).models.retrieve("test-1")
+    assert (got.id, got.object, got.owned_by) == ("test-1", "model", "ctxwarden")
+    assert (await sdk(client).models.retrieve("test")).id == "test"
+    gone = await client.get("/v1/models/openai/gpt-4o")
+    assert gone.status == 404 and await gone.json() == {"error": {
+        "message": "The model 'openai/gpt-4o' does not exist or no route matches it "
+                   "(routes: test-*).",
+        "type": "invalid_request_error", "code": "model_not_found", "param": "model"}}
     health = await client.get("/healthz")
     assert (await health.json()) == {"status": "ok", "routes": 1, "store": "MemoryStore"}
     missing = await client.get("/v2/nothing")

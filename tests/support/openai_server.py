@@ -78,6 +78,7 @@ class UpstreamServer(FakeServer):
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/files", self._files)
+        app.router.add_delete("/v1/models/{model:.+}", self._delete_model)
 
     async def wait_disconnects(self, n: int = 1, timeout: float = 2.0) -> bool:
         deadline = time.monotonic() + timeout
@@ -178,6 +179,13 @@ class UpstreamServer(FakeServer):
         await self._received(request)
         return web.Response(body=orjson.dumps({"object": "list", "data": [],
                                                "has_more": False}),
+                            content_type="application/json")
+
+    async def _delete_model(self, request: web.Request) -> web.Response:
+        """Deleting a fine-tuned model, as OpenAI answers it."""
+        await self._received(request)
+        return web.Response(body=orjson.dumps({"id": request.match_info["model"],
+                                               "object": "model", "deleted": True}),
                             content_type="application/json")
 
     def _check_auth(self, request: web.Request) -> None:
