@@ -101,7 +101,8 @@ class Pipeline:
 
     async def _load(self, state: SessionState, tenant: str, session: str) -> None:
         """First sight of a session in this process: its sticky evictions, and the text of
-        what it evicted (recallable even if the client no longer sends it)."""
+        what it evicted, so its index scores as the process that evicted it did (recall
+        takes only what the request still holds: recalling.within_session)."""
         evicted = await self.store.evicted_ids(tenant, session)
         state.evicted |= evicted
         if evicted:
@@ -152,7 +153,7 @@ class Pipeline:
         # trailing system reminder or assistant prefill does not change that)
         asked_now = next((p.role == "user" for p in reversed(conv.parts)
                           if p.role in ("user", "tool")), False)
-        kept = [] if asked_now else carried(state.blocks, conv, fit, room)
+        kept = [] if asked_now else carried(state.blocks, conv, fit, room, state.evicted)
         fit, recall = within_session(rt, conv, fit, rel, state, room, target, ctx, kept,
                                      asked_now)
         if settings.cross_session and not recall.passages and rel.step.text:

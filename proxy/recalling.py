@@ -39,8 +39,9 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
     settings = rt.route.recall
     query = rel.step.text
     result = RecallResult(blocks=kept, tokens=sum(b.tokens for b in kept), query=query)
-    in_context = {p.chunk.id for p in conv.parts if p.chunk.id not in fit.evicted}
-    recallable = (fit.evicted | state.evicted) - in_context
+    # what this request evicts of what the client sends: a message the client removed or
+    # rewrote (a redaction, another branch of the same opening) is stored, never re-sent
+    recallable = {p.chunk.id for p in conv.parts if p.chunk.id in fit.evicted}
     if not settings.enabled or not (rel.hits or rel.vectors) or not recallable:
         return fit, result
     shown = set().union(*(b.keys for b in kept))
@@ -117,14 +118,20 @@ async def across_sessions(store: Store, rt: RouteRuntime, conv: Conversation, fi
                         passages=list(block.passages), query=result.query)
 
 
-def carried(blocks: list[Block], conv: Conversation, fit: Fit, room: int) -> list[Block]:
+def carried(blocks: list[Block], conv: Conversation, fit: Fit, room: int,
+            evicted: set[str]) -> list[Block]:
     """Earlier blocks that stay: the turn evicts, restores and cuts nothing (else the
     prefix changes anyway and recall is chosen afresh, as it is when the user asks
-    something new), each host is still forwarded, and they fit the room left."""
+    something new), each host is still forwarded, no passage comes from a message of
+    the session's (`evicted`) that the client no longer sends, and they fit the room
+    left."""
     if not blocks or fit.new or fit.restored or fit.cuts:
         return []
-    present = {p.chunk.id for p in conv.parts if p.chunk.id not in fit.evicted}
-    kept = [b for b in blocks if b.host in present]
+    sent = {p.chunk.id for p in conv.parts}
+    present = {c for c in sent if c not in fit.evicted}
+    withdrawn = evicted - sent
+    kept = [b for b in blocks if b.host in present
+            and not any(r.hit.chunk_id in withdrawn for r in b.passages)]
     if fit.tokens + sum(b.tokens for b in kept) > room:
         return []
     return kept

@@ -106,6 +106,46 @@ async def test_evicted_on_turn_n_is_recalled_on_turn_n_plus_1(
     assert "stag" in recalls[0]["reason"] and "databas" in recalls[0]["reason"]
 
 
+async def test_what_the_client_removed_or_rewrote_is_never_recalled(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """A message the client no longer sends stays stored but is not put back: a redacted
+    tool output, a deleted call and its result, another branch of the same opening."""
+    client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
+    history = agent_session(16)
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+    asked = [assistant("Handlers are done."), user(ASK)]
+    fact = next(i for i, m in enumerate(history) if m.get("content") == FACT)
+    redacted = [*history[:fact], {**history[fact], "content": "[redacted by the user]"},
+                *history[fact + 1:]]
+    deleted = [*history[:fact - 1], *history[fact + 1:]]
+    for label, msgs in (("redacted", redacted), ("deleted", deleted)):
+        resp = await post(client, [*msgs, *asked])
+        sent = json.dumps(upstream.history[-1].body["messages"])
+        assert ANSWER not in sent, label
+        assert "pg-stg" not in sent, label
+        assert resp.headers["X-Ctxwarden-Session"] == "s-1"
+    # the same history with the message still in it: recalled as before
+    resp = await post(client, [*history, *asked])
+    assert resp.headers["X-Ctxwarden-Recalled"] != "0"
+    assert ANSWER in upstream.history[-1].body["messages"][-1]["content"]
+    # ... and its block, which would ride on the next tool turn, goes once it is redacted
+    step = [assistant(None, call("c_x", "read_file", '{"path": "x.md"}')), tool("c_x", "ok")]
+    await post(client, [*history, *asked, *step])
+    assert ANSWER in json.dumps(upstream.history[-1].body["messages"])  # carried
+    await post(client, [*redacted, *asked, *step])
+    assert ANSWER not in json.dumps(upstream.history[-1].body["messages"])
+    # a branch that shares the opening (same session) but never held the fact
+    other = [*history[:2], *(m for t in range(20, 36) for m in (
+        assistant(None, call(f"b_{t}", "read_file", json.dumps({"path": f"b/{t}.md"}))),
+        tool(f"b_{t}", listing(t))))]
+    resp = await post(client, [*other, *asked])
+    assert ANSWER not in json.dumps(upstream.history[-1].body["messages"])
+    evicted = (await (await client.get("/admin/evictions",
+                                       params={"session": "s-1"})).json())["events"]
+    assert any(e["action"] == "evict" and e["chunk_id"] for e in evicted)  # still stored
+
+
 async def test_a_recall_whose_event_cannot_be_written_still_answers(
         aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
     """A turn that evicts nothing new and recalls: its only write is the recall event. The
