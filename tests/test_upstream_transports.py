@@ -63,6 +63,8 @@ async def test_stream_is_openai_sse(up: Upstream, upstream: UpstreamServer,
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) \
         == "alpha beta gamma delta"
     assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens > 0
+    assert events[-2]["choices"] == []  # OpenAI's usage chunk: no choice, not an empty delta
+    assert all(e["choices"] for e in events[:-2])
     assert upstream.history[-1].body["stream_options"] == {"include_usage": True}
 
 

@@ -113,9 +113,18 @@ def completion_json(resp: Any) -> dict[str, Any]:
 
 
 def chunk_event(chunk: Any) -> bytes:
-    """One LiteLLM stream chunk as one SSE event (`data: {json}\\n\\n`)."""
-    text: str = chunk.model_dump_json(exclude_none=True)
-    return b"data: " + text.encode() + b"\n\n"
+    """One LiteLLM stream chunk as one SSE event (`data: {json}\\n\\n`).
+
+    The usage chunk (`stream_options.include_usage`) has `"choices": []` on OpenAI's wire;
+    LiteLLM gives it a choice with an empty delta, which clients that take an empty
+    `choices` for the usage chunk would read as one more (empty) delta."""
+    data: dict[str, Any] = chunk.model_dump(exclude_none=True)
+    choices = data.get("choices")
+    if data.get("usage") and choices and all(
+            isinstance(c, dict) and not c.get("delta") and c.get("finish_reason") is None
+            and c.get("logprobs") is None for c in choices):
+        data["choices"] = []
+    return b"data: " + orjson.dumps(data) + b"\n\n"
 
 
 async def complete(target: Target, body: dict[str, Any]) -> UpstreamReply:
