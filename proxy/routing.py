@@ -27,6 +27,9 @@ class UpstreamSettings(_Strict):
     # auto: OpenAI-wire providers go straight over aiohttp, the rest through litellm.acompletion
     transport: Literal["auto", "direct", "litellm"] = "auto"
     extra_headers: dict[str, str] = Field(default_factory=dict)
+    # through LiteLLM: drop the OpenAI parameters the provider has no place for (seed,
+    # store, logprobs… for Anthropic) instead of answering 400 unsupported_parameter
+    drop_params: bool = False
 
 
 class ClassRule(_Strict):

@@ -236,3 +236,38 @@ def test_every_claude_route_gets_the_reserved_output_as_its_limit(
         model: str, limit: int | None) -> None:
     target = resolve(route("http://127.0.0.1:9", model=model))
     assert target.transport == "litellm" and target.default_max_tokens == limit
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_parameter_anthropic_has_no_place_for_is_a_400_that_says_so(
+        up: Upstream, claude: AnthropicServer, stream: bool) -> None:
+    """OpenAI parameters LiteLLM cannot send to Anthropic (seed, store, logprobs…): LiteLLM's
+    own message points at `litellm.drop_params` and a LiteLLM proxy's settings, which a
+    ctxwarden user does not have (found by a black-box session)."""
+    sent = body(seed=7, store=True, stream=stream)
+    with pytest.raises(ProxyError) as exc:
+        if stream:
+            await up.open_stream(route(claude.url), sent)
+        else:
+            await up.complete(route(claude.url), sent)
+    assert exc.value.status == 400
+    assert exc.value.body() == {"error": {
+        "message": "Unsupported parameter(s) for claude-sonnet-4-5 (anthropic, reached "
+                   "through LiteLLM): 'seed', 'store'. Remove them from the request, or "
+                   "set `drop_params: true` in the route's `upstream` to have them dropped.",
+        "type": "invalid_request_error", "code": "unsupported_parameter", "param": "seed"}}
+    assert claude.history == []  # nothing went out
+
+
+async def test_a_route_may_drop_what_anthropic_has_no_place_for(
+        up: Upstream, claude: AnthropicServer) -> None:
+    """`upstream.drop_params`: the route, not the client, lets LiteLLM drop them."""
+    claude.enqueue("fine")
+    reply = await up.complete(route(claude.url, drop_params=True),
+                              body(user("hi"), seed=7, store=True))
+    assert orjson.loads(reply.body)["choices"][0]["message"]["content"] == "fine"
+    sent = claude.history[-1].body
+    assert "seed" not in sent and "store" not in sent
+    with pytest.raises(ProxyError) as exc:  # a client cannot ask for it itself
+        await up.complete(route(claude.url), body(user("hi"), seed=7, drop_params=True))
+    assert exc.value.status == 400 and exc.value.body()["error"]["param"] == "seed"

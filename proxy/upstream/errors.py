@@ -102,6 +102,9 @@ def map_upstream_error(
     if exc is not None and _is_connect(exc):
         return UpstreamError(f"Could not connect to the upstream{where}: "
                              f"{_scrub(_first_line(exc), secrets)}", code="upstream_unreachable")
+    unsupported = _unsupported_params(exc)
+    if unsupported is not None:
+        return unsupported
     message: str | None = None
     if exc is not None:
         status = status or _int(getattr(exc, "status_code", None))
@@ -125,6 +128,28 @@ def map_upstream_error(
                     parsed.code, parsed.param, kind, retry_after=parsed.retry_after)
     context = type(exc).__name__ == "ContextWindowExceededError" if exc is not None else False
     return _by_status(status, err, headers or {}, context, where)
+
+
+_UNSUPPORTED = re.compile(
+    r"(\S+) does not support parameters: \[([^\]]*)\], for model=([^\s]+?)\.?\s")
+
+
+def _unsupported_params(exc: BaseException | None) -> InvalidRequest | None:
+    """LiteLLM refusing OpenAI parameters its provider transform has no place for. Its own
+    message tells the reader to set `litellm.drop_params` or a LiteLLM proxy's
+    `litellm_settings`, neither of which a ctxwarden user has: say what to do here."""
+    if exc is None or type(exc).__name__ != "UnsupportedParamsError":
+        return None
+    found = _UNSUPPORTED.search(str(exc))
+    if found is None:
+        return None
+    provider, names, model = found.groups()
+    params = [n.strip().strip("'\"") for n in names.split(",") if n.strip()]
+    return InvalidRequest(
+        f"Unsupported parameter(s) for {model} ({provider}, reached through LiteLLM): "
+        f"{', '.join(repr(p) for p in params)}. Remove them from the request, or set "
+        "`drop_params: true` in the route's `upstream` to have them dropped.",
+        code="unsupported_parameter", param=params[0] if params else None)
 
 
 def not_an_event_stream(content_type: str | None, api_base: str | None) -> UpstreamError:

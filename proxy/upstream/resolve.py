@@ -93,7 +93,8 @@ def _resolve(route: RouteSettings) -> Target:
     if key is None and up.api_key_env:
         key = os.environ.get(up.api_key_env) or None
     common: dict[str, Any] = {"timeout": up.timeout, "api_key": key,
-                              "extra_headers": dict(up.extra_headers)}
+                              "extra_headers": dict(up.extra_headers),
+                              "drop_params": up.drop_params}
     if up.mock_response is not None:  # LiteLLM's mock answers: no provider, no key needed
         return Target("litellm", None, up.model, up.api_base, mock_response=up.mock_response,
                       **common)

@@ -46,6 +46,7 @@ class Target:
     mock_response: str | None = None
     # litellm: `max_tokens` sent when the client set no output limit (see resolve.py)
     default_max_tokens: int | None = None
+    drop_params: bool = False  # litellm: parameters the provider lacks are dropped
     # direct: LiteLLM's mapping of the few fields this provider needs changed, if any
     prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = field(default=None, repr=False)
 

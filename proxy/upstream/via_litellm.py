@@ -38,6 +38,7 @@ _CONTROL = (frozenset(all_litellm_params) | {
     "api_base", "base_url", "api_key", "api_version", "organization", "deployment_id",
     "default_headers", "extra_headers", "timeout", "request_timeout", "max_retries",
     "custom_llm_provider", "headers", "client", "model", "messages", "stream",
+    "drop_params", "additional_drop_params", "allowed_openai_params",  # the route's call
 }) - {"metadata"}
 _DONE = b"data: [DONE]\n\n"
 # What a provider streams in varies (SSE, Ollama's NDJSON, Bedrock's event stream), but
@@ -87,6 +88,8 @@ def _kwargs(target: Target, body: dict[str, Any], stream: bool) -> dict[str, Any
         kw["extra_headers"] = dict(target.extra_headers)
     if target.mock_response is not None:
         kw["mock_response"] = target.mock_response
+    if target.drop_params:
+        kw["drop_params"] = True
     if (target.default_max_tokens is not None and kw.get("max_tokens") is None
             and kw.get("max_completion_tokens") is None):
         # the output the proxy reserved, not LiteLLM's default of the model's maximum
