@@ -124,3 +124,46 @@ async def test_hosted_vllm_gets_litellms_tool_mapping(up: Upstream,
     fn = got["tools"][0]["function"]
     assert "strict" not in fn and "additionalProperties" not in fn["parameters"]
     assert TOOLS[0]["function"]["strict"] is True  # the caller's copy is untouched
+
+
+WARM = """
+import asyncio, sys
+import proxy
+from proxy.config import RouteSettings
+from proxy.upstream import Upstream
+from structlog.testing import capture_logs
+
+def route(name, **up):
+    return RouteSettings.model_validate({"name": name, "upstream": up})
+
+routes = {"direct": [route("d", model="openai/gpt-4o", api_base="http://127.0.0.1:9/v1",
+                           api_key="k")],
+          "litellm": [route("m", model="openai/demo", mock_response="hi"),
+                      route("c", model="anthropic/claude-sonnet-4-5", api_key="k",
+                            api_base="http://127.0.0.1:9"),
+                      route("b", model="bedrock/nope", transport="litellm")]}[sys.argv[1]]
+with capture_logs() as logs:
+    asyncio.run(Upstream(routes).warm())
+print([m for m in ("litellm.responses.mcp.chat_completions_handler",
+                   "litellm.litellm_core_utils.default_encoding") if m in sys.modules])
+print(sorted({e["event"] for e in logs}))
+"""
+
+
+@pytest.mark.parametrize("routes, loaded, events", [
+    ("direct", [], []),  # nothing of LiteLLM's is needed
+    ("litellm", ["litellm.responses.mcp.chat_completions_handler",
+                 "litellm.litellm_core_utils.default_encoding"],
+     ["litellm_warm_up_skipped"]),  # bedrock/nope without credentials: logged, not fatal
+])
+def test_start_up_loads_what_litellms_first_call_would(routes: str, loaded: list[str],
+                                                        events: list[str]) -> None:
+    """`ctxwarden serve` warms LiteLLM's routes: a request with tools imported LiteLLM's
+    MCP handler and tokenizer on the first call (1-3 s), in a fresh process each case.
+    No network: a mock call, which sends nothing."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", WARM, routes], capture_output=True,
+                         text=True, timeout=120, check=True).stdout.splitlines()
+    assert out[-2:] == [repr(loaded), repr(events)]

@@ -51,6 +51,7 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     app.on_startup.append(open_store)
     app.on_startup.append(start_cold_pool)
+    app.on_startup.append(warm_upstream)
     app.on_startup.append(freeze_heap)  # last: after the store and its imports loaded
     app.cleanup_ctx.append(collect_at_rest)
     host, port = settings.server.host, settings.server.port
@@ -92,6 +93,13 @@ async def start_cold_pool(app: Any) -> None:
     from proxy.keys import PIPELINE
 
     app[PIPELINE].cold.start()
+
+
+async def warm_upstream(app: Any) -> None:
+    """LiteLLM's lazy loads happen now, not in the first request (proxy/upstream)."""
+    from proxy.keys import UPSTREAM
+
+    await app[UPSTREAM].warm()
 
 
 async def freeze_heap(app: Any) -> None:

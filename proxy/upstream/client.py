@@ -11,7 +11,7 @@ from proxy.config import RouteSettings
 from proxy.upstream.direct import DirectTransport
 from proxy.upstream.resolve import resolve, resolve_routes, with_client_headers, with_key
 from proxy.upstream.transport import ClosingStream, Target, Transport, UpstreamReply
-from proxy.upstream.via_litellm import LiteLLMTransport, refuse_unsupported
+from proxy.upstream.via_litellm import LiteLLMTransport, refuse_unsupported, warm
 
 
 class Upstream:
@@ -76,6 +76,10 @@ class Upstream:
                   headers: Mapping[str, str] | None) -> Target:
         target = self.target(route, api_key)
         return with_client_headers(target, headers) if headers else target
+
+    async def warm(self) -> None:
+        """Load at start-up what the first call through LiteLLM would (`via_litellm.warm`)."""
+        await warm(t for _, t in self._targets.values())
 
     def check(self, route: RouteSettings, body: dict[str, Any]) -> None:
         """Refuse (InvalidRequest) what the route's transport cannot send, before the

@@ -11,12 +11,15 @@ default of the model's maximum (`resolve.needs_max_tokens` says why).
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import warnings
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
 import litellm
 import orjson
+import structlog
 from litellm.types.utils import all_litellm_params
 
 from proxy.errors import InvalidRequest, ProxyError
@@ -41,6 +44,9 @@ _CONTROL = (frozenset(all_litellm_params) | {
     "drop_params", "additional_drop_params", "allowed_openai_params",  # the route's call
 }) - {"metadata"}
 _DONE = b"data: [DONE]\n\n"
+log = structlog.get_logger("ctxwarden")
+_WARM_TOOL = {"type": "function", "function": {
+    "name": "warm_up", "parameters": {"type": "object", "properties": {}}}}
 # What a provider streams in varies (SSE, Ollama's NDJSON, Bedrock's event stream), but
 # none streams these: a reply to a streaming request in one is the reply as if not streamed.
 _NOT_A_STREAM = frozenset({"application/json", "text/html"})
@@ -164,6 +170,23 @@ async def open_stream(target: Target, body: dict[str, Any]) -> ClosingStream:
         await stream.aclose()  # closes the provider's HTTP response
 
     return ClosingStream(_frames(target, first, stream), close, from_litellm(stream))
+
+
+async def warm(targets: Iterable[Target]) -> None:
+    """What LiteLLM loads on its first call (its proxy types, its tool-call (MCP) handler,
+    its default tokenizer) loads at start-up instead, by one mock call with a tool per
+    model: the first request through a LiteLLM route took 1-3 s longer than the next."""
+    models = dict.fromkeys(t.model for t in targets if t.transport == "litellm")
+    for model in models:
+        try:
+            await litellm.acompletion(model=model, mock_response="ok", api_key="warm-up",
+                                      messages=[{"role": "user", "content": "warm-up"}],
+                                      tools=[_WARM_TOOL])
+        except Exception as exc:  # a warm-up: the first request pays what it did not load
+            log.info("litellm_warm_up_skipped", model=model, error=type(exc).__name__)
+    if models:
+        with contextlib.suppress(Exception):  # the tokenizer LiteLLM counts prompts with
+            importlib.import_module("litellm.main").encoding  # noqa: B018 (loads it)
 
 
 async def _frames(target: Target, first: Any, stream: Any) -> AsyncGenerator[bytes, None]:
