@@ -22,6 +22,8 @@ from typing import Any
 
 import orjson
 
+from proxy.errors import InvalidRequest
+
 # "litellm.RateLimitError: RateLimitError: OpenAIException - <provider message>",
 # "litellm.InternalServerError: AnthropicError - <body>", "AnthropicException BadGatewayError - "
 _LITELLM_PREFIX = re.compile(r"^(?:litellm\.\w+:\s*)*(?:\w+Error:\s*)*"
@@ -121,3 +123,34 @@ def response_text(resp: Any) -> str | None:
     except Exception:  # an httpx response whose body was streamed and not read
         return None
     return text if isinstance(text, str) and text else None
+
+
+_UNSUPPORTED = re.compile(
+    r"(\S+) does not support parameters: \[([^\]]*)\], for model=([^\s]+?)\.?\s")
+
+
+def unsupported_params(exc: BaseException | None) -> InvalidRequest | None:
+    """LiteLLM refusing OpenAI parameters its provider transform has no place for. Its own
+    message tells the reader to set `litellm.drop_params` or a LiteLLM proxy's
+    `litellm_settings`, neither of which a ctxwarden user has: say what to do here."""
+    if exc is None or type(exc).__name__ != "UnsupportedParamsError":
+        return None
+    found = _UNSUPPORTED.search(str(exc))
+    if found is None:
+        return None
+    provider, names, model = found.groups()
+    params = [n.strip().strip("'\"") for n in names.split(",") if n.strip()]
+    return InvalidRequest(
+        f"Unsupported parameter(s) for {model} ({provider}, reached through LiteLLM): "
+        f"{', '.join(repr(p) for p in params)}. Remove them from the request, or set "
+        "`drop_params: true` in the route's `upstream` to have them dropped.",
+        code="unsupported_parameter", param=params[0] if params else None)
+
+
+def status_of(exc: BaseException) -> int | None:
+    """The HTTP status LiteLLM's exception carries, if any."""
+    value = getattr(exc, "status_code", None)
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None

@@ -32,7 +32,6 @@ import asyncio
 import json
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import aiohttp
 import orjson
@@ -50,7 +49,14 @@ from proxy.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from proxy.upstream.error_body import ErrorBody, litellm_message, parse_error_body, response_text
+from proxy.upstream.error_body import (
+    ErrorBody,
+    litellm_message,
+    parse_error_body,
+    response_text,
+    status_of,
+    unsupported_params,
+)
 
 # Providers word it differently; LiteLLM's own detection looks for much the same phrases.
 _CONTEXT = re.compile(r"context.length|context.window|maximum context|too many tokens|"
@@ -102,12 +108,12 @@ def map_upstream_error(
     if exc is not None and _is_connect(exc):
         return UpstreamError(f"Could not connect to the upstream{where}: "
                              f"{_scrub(_first_line(exc), secrets)}", code="upstream_unreachable")
-    unsupported = _unsupported_params(exc)
+    unsupported = unsupported_params(exc)
     if unsupported is not None:
         return unsupported
     message: str | None = None
     if exc is not None:
-        status = status or _int(getattr(exc, "status_code", None))
+        status = status or status_of(exc)
         resp = getattr(exc, "response", None)
         headers = headers or getattr(exc, "litellm_response_headers", None) or getattr(
             resp, "headers", None)
@@ -128,28 +134,6 @@ def map_upstream_error(
                     parsed.code, parsed.param, kind, retry_after=parsed.retry_after)
     context = type(exc).__name__ == "ContextWindowExceededError" if exc is not None else False
     return _by_status(status, err, headers or {}, context, where)
-
-
-_UNSUPPORTED = re.compile(
-    r"(\S+) does not support parameters: \[([^\]]*)\], for model=([^\s]+?)\.?\s")
-
-
-def _unsupported_params(exc: BaseException | None) -> InvalidRequest | None:
-    """LiteLLM refusing OpenAI parameters its provider transform has no place for. Its own
-    message tells the reader to set `litellm.drop_params` or a LiteLLM proxy's
-    `litellm_settings`, neither of which a ctxwarden user has: say what to do here."""
-    if exc is None or type(exc).__name__ != "UnsupportedParamsError":
-        return None
-    found = _UNSUPPORTED.search(str(exc))
-    if found is None:
-        return None
-    provider, names, model = found.groups()
-    params = [n.strip().strip("'\"") for n in names.split(",") if n.strip()]
-    return InvalidRequest(
-        f"Unsupported parameter(s) for {model} ({provider}, reached through LiteLLM): "
-        f"{', '.join(repr(p) for p in params)}. Remove them from the request, or set "
-        "`drop_params: true` in the route's `upstream` to have them dropped.",
-        code="unsupported_parameter", param=params[0] if params else None)
 
 
 def not_an_event_stream(content_type: str | None, api_base: str | None) -> UpstreamError:
@@ -259,10 +243,3 @@ def _first_line(exc: BaseException | None) -> str:
 def _header(headers: Mapping[str, str], name: str) -> str | None:
     value = headers.get(name) or headers.get(name.lower())
     return str(value) if value is not None else None
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
