@@ -145,7 +145,9 @@ class Pipeline:
         if fit.tokens > room:
             rt.fitter.cut(conv, fit, room)
             if fit.tokens > room:
-                raise too_long(rt, conv, fit, room, reserved, tools_tokens)
+                raise too_long(rt, conv, fit, room, reserved, tools_tokens,
+                               "max_completion_tokens" if body.get("max_completion_tokens")
+                               else "max_tokens")
         # recall: evicted passages the step clearly asks about, within the room left;
         # blocks from earlier turns stay on their messages while nothing else changes
         await self.relater.finish(rel, state.index, state.vectors)

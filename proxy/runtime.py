@@ -71,7 +71,14 @@ def resolve_window(route: RouteSettings, index: int) -> int:
 
 
 def too_long(rt: RouteRuntime, conv: Conversation, fit: Fit, budget: int, reserved: int,
-             tools: int) -> ContextLengthExceeded:
+             tools: int, limit: str = "max_tokens") -> ContextLengthExceeded:
+    if budget <= 0:  # the output asked for leaves the prompt nothing, whatever it holds
+        return ContextLengthExceeded(
+            f"{limit} {reserved} leaves no room for the prompt in the context window of "
+            f"route {rt.route.name!r}: the window is {rt.window} tokens, of which the tools "
+            f"take {tools} and the safety margin {rt.margin}. Ask for fewer than "
+            f"{rt.window - tools - rt.margin} output tokens, or use a route with a larger "
+            "window.", param=limit)
     return ContextLengthExceeded(
         f"This request cannot fit the context window of route {rt.route.name!r}: what must "
         f"stay (system and developer messages, the first user message, the latest turn) is "

@@ -127,6 +127,22 @@ async def test_permanent_over_window_is_context_length_exceeded(make_client: Any
         err["message"]
 
 
+@pytest.mark.parametrize("limit", ["max_tokens", "max_completion_tokens"])
+async def test_an_output_limit_that_leaves_no_room_says_so(make_client: Any,
+                                                           limit: str) -> None:
+    """It read "only -2030 fit" (found by a black-box session)."""
+    client = await make_client(context_window=3000)
+    resp = await client.post("/v1/chat/completions", json={
+        "model": "test-1", limit: 5000, "messages": [{"role": "user", "content": "hi"}]})
+    assert resp.status == 400
+    assert await resp.json() == {"error": {
+        "message": f"{limit} 5000 leaves no room for the prompt in the context window of "
+                   "route 'test': the window is 3000 tokens, of which the tools take 0 and "
+                   "the safety margin 30. Ask for fewer than 2970 output tokens, or use a "
+                   "route with a larger window.",
+        "type": "invalid_request_error", "code": "context_length_exceeded", "param": limit}}
+
+
 @pytest.mark.parametrize(
     ("payload", "status", "error"),
     [
