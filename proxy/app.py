@@ -12,7 +12,8 @@ from proxy import admin, handlers, passthrough
 from proxy.auth import require_key, setup_auth
 from proxy.config import Settings
 from proxy.errors import MethodNotAllowed, ProxyError, RouteNotFound
-from proxy.keys import PIPELINE, REQUEST_ID, SETTINGS, STORE, UPSTREAM
+from proxy.health import StoreHealth
+from proxy.keys import HEALTH, PIPELINE, REQUEST_ID, SETTINGS, STORE, UPSTREAM
 from proxy.metrics import Metrics, TimedStore, count_requests, setup_metrics
 from proxy.pipeline import Pipeline
 from proxy.replica import Replica
@@ -103,6 +104,7 @@ def init_app(settings: Settings, store: Store | None = None,
         upstream.add_routes(settings.routes)
         app[UPSTREAM] = upstream
     app[STORE] = store if store is not None else make_store(settings)
+    app[HEALTH] = StoreHealth(app[STORE])  # /healthz: 503 while the store cannot open
     m = Metrics()  # the pipeline's store calls are timed through a wrapper, not a patch
     app[PIPELINE] = Pipeline(settings, TimedStore(app[STORE], m.store_seconds),
                              make_replica(settings, app[STORE]))

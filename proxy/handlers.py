@@ -15,7 +15,7 @@ from proxy import metrics
 from proxy.auth import AUTH, tenant_of, upstream_key_of
 from proxy.config import Settings
 from proxy.errors import InvalidRequest, PayloadTooLarge, RouteNotFound
-from proxy.keys import PIPELINE, SETTINGS, STORE, UPSTREAM
+from proxy.keys import HEALTH, PIPELINE, SETTINGS, STORE, UPSTREAM
 from proxy.prepared import Prepared
 from proxy.session import session_key
 from proxy.upstream.headers import from_client
@@ -144,9 +144,14 @@ def _no_route(settings: Settings, model: str) -> RouteNotFound:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    store = type(request.app[STORE]).__name__
-    return web.json_response({"status": "ok", "routes": len(request.app[SETTINGS].routes),
-                              "store": store}, dumps=_dumps)
+    """200 while the proxy can serve; 503 while its store cannot open (proxy/health.py)."""
+    body: dict[str, Any] = {"status": "ok", "routes": len(request.app[SETTINGS].routes),
+                            "store": type(request.app[STORE]).__name__}
+    problem = request.app[HEALTH].check()
+    if problem is None:
+        return web.json_response(body, dumps=_dumps)
+    return web.json_response({**body, "status": "store_unavailable", "error": problem},
+                             status=503, dumps=_dumps)
 
 
 def _dumps(obj: Any) -> str:

@@ -32,7 +32,9 @@ SCHEMAS = {S.CHUNKS: S.CHUNK_SCHEMA, S.ATTACHMENTS: S.ATTACHMENT_SCHEMA,
 
 
 def store_unavailable(what: str, exc: BaseException) -> StoreUnavailable:
-    log.error("store_unavailable", op=what, error=type(exc).__name__, detail=str(exc)[:300])
+    text = str(exc)  # the cause is often at the end of an object store's long message
+    detail = text if len(text) <= 1200 else f"{text[:500]} … {text[-700:]}"
+    log.error("store_unavailable", op=what, error=type(exc).__name__, detail=detail)
     return unavailable(f"The context store cannot {what} right now ({type(exc).__name__});"
                             " nothing was dropped from the conversation.")
 

@@ -254,3 +254,37 @@ def test_an_events_preview_reads_a_bounded_head_but_says_what_the_whole_text_wou
 
     flat = " ".join(text.split())
     assert preview(text) == (flat if len(flat) <= 100 else flat[:99] + "…")
+
+
+async def test_healthz_is_503_while_the_store_cannot_open(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer, tmp_path: Any) -> None:
+    """A replica whose store cannot open answers every chat 503: its /healthz says so (it
+    said "ok"; found by a new user on an S3 bucket that did not exist), and turns healthy
+    once the store opens, retried in the background."""
+    from proxy.keys import HEALTH
+    from store.errors import StoreUnavailable
+    from store.lance import LanceStore
+    from tests.support.fakes import FakeEmbedder
+
+    path = tmp_path / "store"
+    path.write_text("not a directory")
+    store = LanceStore(path, FakeEmbedder())
+    client = await aiohttp_client(init_app(settings_for(upstream), store=store))
+    health = client.app[HEALTH]
+    health.retry_s = 3600.0
+    with pytest.raises(StoreUnavailable):
+        await health.open()  # as `ctxwarden serve` does before it listens
+    resp = await client.get("/healthz")
+    assert resp.status == 503
+    assert await resp.json() == {
+        "status": "store_unavailable", "routes": 1, "store": "LanceStore",
+        "error": "The context store cannot open right now (FileExistsError); nothing was "
+                 "dropped from the conversation."}
+    path.unlink()  # the store can open now; the next check retries it in the background
+    health.retry_s = 0.0
+    for _ in range(100):
+        resp = await client.get("/healthz")
+        if resp.status == 200:
+            break
+        await asyncio.sleep(0.05)
+    assert await resp.json() == {"status": "ok", "routes": 1, "store": "LanceStore"}

@@ -74,14 +74,12 @@ async def open_store(app: Any) -> None:
     """Open the store before serving: what the last process left in the write-ahead log is
     replayed, and chunks it left without vectors are embedded, with no request needed. A
     store that cannot open now is logged, not fatal: the first request that needs it tries
-    again (and answers 503 `store_unavailable` if it still cannot)."""
-    from proxy.keys import STORE
+    again (and answers 503 `store_unavailable` if it still cannot), and `/healthz` says so
+    until it opens (proxy/health.py)."""
+    from proxy.keys import HEALTH
 
-    opener = getattr(app[STORE], "open", None)
-    if opener is None:
-        return
     try:
-        await opener()
+        await app[HEALTH].open()
     except Exception as exc:
         structlog.get_logger("ctxwarden").warning("store_open_failed", error=type(exc).__name__,
                                                   detail=str(exc)[:300])
