@@ -13,6 +13,7 @@ import pytest
 import structlog
 
 from proxy.cli import main
+from proxy.cli.demo import DemoResult, _totals
 from proxy.cli.demo_script import STEPS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,17 +65,21 @@ def test_demo_start_prints_turns_evictions_recall_and_the_inspector_url(
     ev = [e for e in logged if e["action"] == "evict"]
     rc = [e for e in logged if e["action"] == "recall"]
     assert (f"session demo-t: {len(STEPS)} turns, {len(ev)} chunks evicted "
-            f"({sum(e['tokens'] for e in ev):,} tokens), {len(rc)} passages recalled "
+            f"({sum(e['tokens'] for e in ev):,} tokens), {len(rc)} "
+            f"passage{'' if len(rc) == 1 else 's'} recalled "
             f"({sum(e['tokens'] for e in rc):,} tokens)") in out
-    assert out[-2] == "decision log: ctxwarden log --session demo-t"
-    assert out[-1] == f"inspector: {url}/ui/#session=demo-t"
+    # --exit: its own server is gone, so no hint points at it
+    assert out[-1].startswith("model's last answer: ")
+    result = DemoResult("demo-t", url)
+    assert _totals(result).splitlines()[-2:] == [  # while the proxy keeps running
+        "decision log: ctxwarden log --session demo-t", f"inspector: {url}/ui/#session=demo-t"]
 
 
 def test_demo_without_a_proxy_says_how_to_get_one(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--url", "http://127.0.0.1:9/v1"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("ctxwarden demo: no proxy answers at http://127.0.0.1:9 (")
-    assert "`make serve`" in err and "ctxwarden demo --start" in err
+    assert "`make serve`" in err and "ctxwarden demo --start" in err and "--url" in err
 
 
 def test_demo_start_needs_a_matching_route(tmp_path: Path,

@@ -59,7 +59,7 @@ def test_table_with_totals(config: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert rows[1].split()[:5] == ["3", "evict", "EPHEMERAL", "40", "0.000"]
     assert rows[2].split()[:5] == ["9", "recall", "TRANSIENT", "64", "0.412"]
     assert out[6] == ""
-    assert out[7] == ("evicted: 2 chunks, 852 tokens | recalled: 1 passages, 64 tokens"
+    assert out[7] == ("evicted: 2 chunks, 852 tokens | recalled: 1 passage, 64 tokens"
                       " | restored: 0")
     assert out[8].startswith("turns 3-9, 2025-12-29 ")
 
@@ -79,7 +79,10 @@ def test_tenant_and_unknown_session(config: Path, capsys: pytest.CaptureFixture[
                  "--json"]) == 0
     assert [e["chunk_id"] for e in json.loads(capsys.readouterr().out)["events"]] == ["c-zz"]
     assert main(["log", "--session", "nope", "--config", str(config)]) == 0
-    assert capsys.readouterr().out == "session nope: no events\n"
+    got = capsys.readouterr()
+    assert got.out == "session nope: no events\n"
+    assert got.err.startswith("ctxwarden: read the store at ")  # where and as whom it looked
+    assert "as tenant 'default'" in got.err and "--tenant" in got.err
 
 
 def test_missing_store_and_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

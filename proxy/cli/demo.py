@@ -77,7 +77,8 @@ async def _main(args: argparse.Namespace, out: TextIO) -> None:
         session = args.session or f"demo-{secrets.token_hex(4)}"
         await drive(http, url, session, out, model=args.model,
                     api_headers=_bearer(args.api_key),
-                    admin_headers=_bearer(args.admin_key or args.api_key))
+                    admin_headers=_bearer(args.admin_key or args.api_key),
+                    hints=not (args.start and args.exit))  # its own server stops now
         if args.start and not args.exit:
             print(f"serving on {url} (Ctrl+C to stop)", file=sys.stderr)
             await asyncio.Event().wait()
@@ -93,8 +94,9 @@ async def _get(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -
 
 async def drive(http: aiohttp.ClientSession, url: str, session: str, out: TextIO, *,
                 model: str = "demo", api_headers: dict[str, str] | None = None,
-                admin_headers: dict[str, str] | None = None) -> DemoResult:
-    """Play the script against the proxy at `url`; print and return what it did."""
+                admin_headers: dict[str, str] | None = None, hints: bool = True) -> DemoResult:
+    """Play the script against the proxy at `url`; print and return what it did (and
+    where to look next, with `hints`, while that proxy keeps running)."""
     api = {"X-Session-ID": session, **(api_headers or {})}
     admin = admin_headers or {}
     q = f"session={session}"
@@ -117,7 +119,8 @@ async def drive(http: aiohttp.ClientSession, url: str, session: str, out: TextIO
                              json={"model": model, "messages": messages}) as resp:
             if resp.status != 200:
                 raise DemoError(f"POST /v1/chat/completions answered {resp.status}: "
-                                f"{(await resp.text())[:300]}")
+                                f"{(await resp.text())[:300]}"
+                                + (" (set --api-key)" if resp.status == 401 else ""))
             body = await resp.json()
         result.reply = str((body.get("choices") or [{}])[0].get("message", {}).get("content"))
         if result.tenant is None:  # the session's tenant (its key's, in the keyed modes)
@@ -130,7 +133,7 @@ async def drive(http: aiohttp.ClientSession, url: str, session: str, out: TextIO
                              resp.headers))
         for e in new:
             out.write(_event_line(e))
-    out.write(_totals(result))
+    out.write(_totals(result, hints))
     return result
 
 
@@ -164,22 +167,23 @@ def _turn_line(turn: dict[str, Any], what: str, headers: Any) -> str:
 
 def _event_line(e: dict[str, Any]) -> str:
     sign, label = ("-", "evicted ") if e["action"] == "evict" else ("+", "recalled")
-    score = "score" if e["action"] == "evict" else "sim  "
+    score = "score" if e["action"] == "evict" else "match"  # lexical strength or cosine
     preview = " ".join(str(e["preview"]).split())
     preview = preview if len(preview) <= 48 else preview[:47] + "…"
     return (f"        {sign} {label} {e['class']:<10} {e['tokens']:>4} tok  {score} "
             f"{e['score']:.4f}  {preview}\n")
 
 
-def _totals(r: DemoResult) -> str:
+def _totals(r: DemoResult, hints: bool = True) -> str:
     ev = [e for e in r.events if e["action"] == "evict"]
     rc = [e for e in r.events if e["action"] == "recall"]
     keyed = r.tenant not in (None, DEFAULT_TENANT)
     tenant = f" --tenant {r.tenant}" if keyed else ""
     hash_tenant = f"&tenant={r.tenant}" if keyed else ""
     return (f"\nsession {r.session}: {len(r.turns)} turns, {len(ev)} chunks evicted "
-            f"({sum(e['tokens'] for e in ev):,} tokens), {len(rc)} passages recalled "
+            f"({sum(e['tokens'] for e in ev):,} tokens), {len(rc)} "
+            f"passage{'' if len(rc) == 1 else 's'} recalled "
             f"({sum(e['tokens'] for e in rc):,} tokens)\n"
             f"model's last answer: {r.reply}\n"
-            f"decision log: ctxwarden log --session {r.session}{tenant}\n"
-            f"inspector: {r.url}/ui/#session={r.session}{hash_tenant}\n")
+            + (f"decision log: ctxwarden log --session {r.session}{tenant}\n"
+               f"inspector: {r.url}/ui/#session={r.session}{hash_tenant}\n" if hints else ""))

@@ -42,11 +42,13 @@ async def _check(url: str) -> None:
                 http.get(f"{url}/healthz") as resp:
             if resp.status == 200:
                 return
+            if resp.status == 503:  # a ctxwarden whose store cannot open (proxy/health.py)
+                raise DemoError(f"the proxy at {url} cannot serve: {(await resp.text())[:300]}")
             raise DemoError(f"{url}/healthz answered {resp.status}; is this a ctxwarden proxy?")
     except aiohttp.ClientError as exc:
-        raise DemoError(f"no proxy answers at {url} ({type(exc).__name__}). Start one with "
-                        "`make serve`, or let the demo start its own: ctxwarden demo --start"
-                        ) from None
+        raise DemoError(f"no proxy answers at {url} ({type(exc).__name__}). Point the demo at "
+                        "yours with --url, start one with `make serve`, or let the demo start "
+                        "its own: ctxwarden demo --start") from None
 
 
 @asynccontextmanager

@@ -78,6 +78,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         out.write(orjson.dumps({"events": [event_view(e) for e in events]}).decode() + "\n")
     else:
         out.write(render(args.session, events))
+    if not events:  # a wrong store or tenant looks the same as an unknown session
+        print(f"ctxwarden: read the store at {path} as tenant {args.tenant!r}; the proxy's "
+              "store.path (--config, CTXWARDEN_STORE__PATH) and the session's tenant "
+              "(--tenant, GET /admin/sessions) must be the same", file=sys.stderr)
     return 0
 
 
@@ -108,11 +112,16 @@ def render(session: str, events: list[Event], width: int = 60) -> str:
     recalled = [e for e in events if e.action == "recall"]
     restored = [e for e in events if e.action == "restore"]
     first, last = events[0].time, events[-1].time
-    lines += ["", f"evicted: {len(evicted)} chunks, {sum(e.tokens for e in evicted)} tokens"
-              f" | recalled: {len(recalled)} passages, {sum(e.tokens for e in recalled)} tokens"
+    lines += ["", f"evicted: {_n(len(evicted), 'chunk')}, {sum(e.tokens for e in evicted)} tokens"
+              f" | recalled: {_n(len(recalled), 'passage')}, "
+              f"{sum(e.tokens for e in recalled)} tokens"
               f" | restored: {len(restored)}",
               f"turns {events[0].turn}-{events[-1].turn}, {_ts(first)} to {_ts(last)}"]
     return "\n".join(lines) + "\n"
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _one_line(text: str, width: int) -> str:

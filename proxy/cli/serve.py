@@ -17,7 +17,8 @@ from proxy.config import ConfigError, load_settings
 def configure_logging(json: bool = True, level: int = logging.INFO) -> None:
     """One JSON line per event on stderr; no message text is ever passed to it."""
     renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
+        structlog.processors.JSONRenderer() if json  # colours only for a terminal
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
     structlog.configure(
         processors=[
@@ -123,7 +124,11 @@ async def collect_at_rest(app: Any) -> AsyncIterator[None]:
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("serve", help="run the proxy")
     p.add_argument("--config", default="config.yaml", help="YAML config (default config.yaml)")
-    p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None, help="port (default 8787)")
-    p.add_argument("--pretty", action="store_true", help="human-readable log lines")
+    p.add_argument("--host", default=None,
+                   help="bind address (default: server.host of the config, 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None,
+                   help="port (default: server.port of the config or CTXWARDEN_SERVER__PORT, "
+                        "8787)")
+    p.add_argument("--pretty", action="store_true",
+                   help="human-readable log lines (default: one JSON object a line)")
     p.set_defaults(func=serve)
