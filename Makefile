@@ -57,7 +57,7 @@ bench: install
 	$(BIN)/python -m bench.run --out docs/benchmarks.md
 
 # 200 concurrent sessions x 20 turns through ctxwarden, direct and via plain LiteLLM, at two
-# upstream latencies (about 6 minutes on 2 cores); rewrites its section of docs/reliability.md.
+# upstream latencies (several minutes on 2 cores); rewrites its section of docs/reliability.md.
 bench-load: install
 	$(BIN)/python -m bench.load --update docs/reliability.md
 

@@ -145,7 +145,17 @@ MiniLM embedder, {"not run in the quick set" if not k_recall else
 f"on the first {k_recall} trajectories only (beside recall off on the same ones)"}.
 
 {replay_table(rows)}
-Commands: `ctxwarden bench policies --workload uniform --sessions 500 --seed 0`,
-`ctxwarden bench policies --workload adversarial --sessions 200 --seed 0`,
-`ctxwarden bench replay --trajectories tests/data/tau-bench-gpt-4o-airline.json --window 3000`.
+This whole section is made by `make bench` (alone: `.venv/bin/python -m bench.run --out
+docs/benchmarks.md --only policies`). Its tables by hand:
+
+```sh
+.venv/bin/ctxwarden bench policies --workload uniform --sessions 500 --seed 0       # Experiment A
+.venv/bin/ctxwarden bench policies --workload adversarial --sessions 200 --seed 0   # Experiment B
+T=tests/data/tau-bench-gpt-4o-airline.json
+# the replay, 200 trajectories:
+.venv/bin/ctxwarden bench replay --trajectories $T --window 3000 --recall off
+.venv/bin/ctxwarden bench replay --trajectories $T --window 6000 --recall off
+.venv/bin/ctxwarden bench replay --trajectories $T --window 3000 --limit 10 \\
+    --policies lru,rwoe --recall-policies lru,rwoe                             # its last four rows
+```
 """
