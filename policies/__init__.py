@@ -10,11 +10,12 @@ Built-ins register through the same `register` decorator a plug-in would use:
         def priority(self, chunk, ctx): ...
 
 `get_policy("rwoe", **params)` builds one; an unknown name raises `UnknownPolicy`
-("Unknown policy: X").
+("Unknown policy: X (registered: …)", the registered names sorted).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from policies.base import Chunk, ChunkClass, Policy, PolicyContext, Ranked
@@ -23,8 +24,9 @@ _REGISTRY: dict[str, type[Policy]] = {}
 
 
 class UnknownPolicy(ValueError):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"Unknown policy: {name}")
+    def __init__(self, name: str, registered: Iterable[str] = ()) -> None:
+        names = ", ".join(sorted(registered))
+        super().__init__(f"Unknown policy: {name}" + (f" (registered: {names})" if names else ""))
         self.name = name
 
 
@@ -45,7 +47,7 @@ def get_policy(name: str, **params: Any) -> Policy:
     try:
         cls = _REGISTRY[name]
     except KeyError:
-        raise UnknownPolicy(name) from None
+        raise UnknownPolicy(name, _REGISTRY) from None
     return cls(**params)
 
 

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from proxy import admin, handlers, passthrough
 from proxy.auth import require_key, setup_auth
-from proxy.config import Settings
+from proxy.config import ConfigError, Settings
 from proxy.errors import MethodNotAllowed, ProxyError, RouteNotFound
 from proxy.health import StoreHealth
 from proxy.keys import HEALTH, PIPELINE, REQUEST_ID, SETTINGS, STORE, UPSTREAM
@@ -95,14 +95,23 @@ def init_app(settings: Settings, store: Store | None = None,
                           middlewares=[count_requests, error_boundary, require_key])
     app[SETTINGS] = settings
     app.on_response_prepare.append(stream_request_id)
-    setup_auth(app, settings.auth)  # keys and tenants; /admin/* and /ui* need an admin key
+    problems: list[str] = []  # the auth's and every route's, in one ConfigError
+    try:
+        setup_auth(app, settings.auth)  # keys and tenants; /admin/* and /ui* need an admin key
+    except ConfigError as exc:
+        problems.append(str(exc))
     # Every route's upstream is resolved now: a misconfigured one raises ConfigError here,
     # naming the route, and the server does not start (rather than 502 its first request).
-    if upstream is None:
-        app[UPSTREAM] = Upstream(settings.routes)
-    else:
-        upstream.add_routes(settings.routes)
-        app[UPSTREAM] = upstream
+    try:
+        if upstream is None:
+            app[UPSTREAM] = Upstream(settings.routes)
+        else:
+            upstream.add_routes(settings.routes)
+            app[UPSTREAM] = upstream
+    except ConfigError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise ConfigError("\n".join(problems))
     app[STORE] = store if store is not None else make_store(settings)
     app[HEALTH] = StoreHealth(app[STORE])  # /healthz: 503 while the store cannot open
     m = Metrics()  # the pipeline's store calls are timed through a wrapper, not a patch

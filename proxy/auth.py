@@ -64,13 +64,14 @@ def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
 
 
-def _keys(listed: list[str], env: str | None, what: str,
-          environ: Mapping[str, str]) -> frozenset[bytes]:
+def _keys(listed: list[str], env: str | None, what: str, environ: Mapping[str, str],
+          problems: list[str]) -> frozenset[bytes]:
+    """The keys' digests; an unset `env` is added to `problems` (reported all at once)."""
     found = [k for k in listed if k]
     if env is not None:
         raw = environ.get(env, "")
         if not raw.strip():
-            raise ConfigError(f"auth.{what}_env: the environment variable {env} is not set")
+            problems.append(f"auth.{what}_env: the environment variable {env} is not set")
         found += [k.strip() for k in raw.split(",") if k.strip()]
     return frozenset(_digest(k) for k in found)
 
@@ -97,14 +98,18 @@ class Guard:
     def __init__(self, settings: AuthSettings, environ: Mapping[str, str] | None = None) -> None:
         env = os.environ if environ is None else environ
         self.mode = settings.mode
+        problems: list[str] = []  # all of them in one ConfigError
         self._clients = _keys([k.get_secret_value() for k in settings.keys], settings.keys_env,
-                              "keys", env)
+                              "keys", env, problems)
+        keys_env_unset = bool(problems)
         self._admins = _keys([k.get_secret_value() for k in settings.admin_keys],
-                             settings.admin_keys_env, "admin_keys", env)
+                             settings.admin_keys_env, "admin_keys", env, problems)
         self._proven: OrderedDict[str, None] = OrderedDict()  # passthrough tenants
-        if self.mode == "proxy_keys" and not self._clients:
-            raise ConfigError("auth.keys: mode proxy_keys needs at least one key "
-                              "(auth.keys or auth.keys_env)")
+        if self.mode == "proxy_keys" and not self._clients and not keys_env_unset:
+            problems.append("auth.keys: mode proxy_keys needs at least one key "
+                            "(auth.keys or auth.keys_env)")
+        if problems:
+            raise ConfigError("\n".join(problems))
 
     def proven(self, tenant: str) -> bool:
         """Passthrough: has the provider accepted this tenant's key since start-up?"""

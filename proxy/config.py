@@ -3,8 +3,9 @@ route by its index in the YAML's `routes:`, proxy/envconfig.py).
 
     CTXWARDEN_SERVER__PORT=9000 CTXWARDEN_ROUTES__0__CONTEXT_WINDOW=8000 ctxwarden serve
 
-Unknown keys and bad values stop start-up with a `ConfigError` naming the key. A route's
-settings (its upstream, window, policy, classification and recall): proxy/routing.py.
+Unknown keys and bad values stop start-up with a `ConfigError` naming the key, or the
+variable where the environment set it. A route's settings (its upstream, window, policy,
+classification and recall): proxy/routing.py.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from proxy.envconfig import EnvOverrideError, EnvOverYaml
+from proxy.envconfig import EnvOverrideError, EnvOverYaml, variable_at
 from proxy.routing import (
     ClassificationSettings,
     ClassRule,
@@ -107,7 +108,10 @@ class AuthSettings(_Strict):
         if not isinstance(value, str):
             return value
         if value.lstrip().startswith("["):
-            return json.loads(value)
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not valid JSON: {exc}") from None
         return [k.strip() for k in value.split(",") if k.strip()]
 
 
@@ -157,8 +161,34 @@ def _key(loc: tuple[int | str, ...]) -> str:
     return out or "(root)"
 
 
+def _where(loc: tuple[int | str, ...], overrides: dict[str, Any]) -> tuple[str, bool]:
+    """The key at `loc`, or the variable that set its value (and the key, if inside the
+    variable's JSON); and whether it is a variable."""
+    found = None if loc and loc[0] in overrides else variable_at(Settings, loc)
+    if found is None:
+        return _key(loc), False
+    name, inside = found
+    return (f"{name}: {_key(loc)}" if inside else name), True
+
+
+def _invalid(exc: ValidationError, yaml_path: Path | None, overrides: dict[str, Any]) -> str:
+    """Each error under the file's key, or under the variable that set its value."""
+    lines: dict[bool, list[str]] = {False: [], True: []}
+    for e in exc.errors():
+        where, in_env = _where(e["loc"], overrides)
+        lines[in_env].append(f"{where}: {e['msg']}")
+    blocks: list[str] = []
+    if lines[False]:
+        where = f"{yaml_path}: " if yaml_path else ""
+        blocks.append(f"{where}invalid config\n  " + "\n  ".join(lines[False]))
+    if lines[True]:
+        blocks.append("invalid environment override\n  " + "\n  ".join(lines[True]))
+    return "\n".join(blocks)
+
+
 def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
-    """Load YAML (if given) under env overrides; raise ConfigError naming each bad key."""
+    """Load YAML (if given) under env overrides; raise ConfigError naming each bad key (or
+    the variable that set it)."""
     yaml_path = Path(path) if path is not None else None
     if yaml_path is not None and not yaml_path.is_file():
         raise ConfigError(f"config file not found: {yaml_path}")
@@ -166,9 +196,7 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
-        where = f"{yaml_path}: " if yaml_path else ""
-        lines = [f"{_key(e['loc'])}: {e['msg']}" for e in exc.errors()]
-        raise ConfigError(where + "invalid config\n  " + "\n  ".join(lines)) from None
+        raise ConfigError(_invalid(exc, yaml_path, overrides)) from None
     except EnvOverrideError as exc:
         raise ConfigError(str(exc)) from None
     except Exception as exc:  # malformed YAML and the like
@@ -176,17 +204,19 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
         raise ConfigError(f"{where}cannot read config: {exc}") from None
     finally:
         Settings._yaml_file = None
-    _check_policies(settings)
+    _check_policies(settings, overrides)
     return settings
 
 
-def _check_policies(settings: Settings) -> None:
+def _check_policies(settings: Settings, overrides: dict[str, Any]) -> None:
     from policies import UnknownPolicy, get_policy
 
     for i, route in enumerate(settings.routes):
         try:
             get_policy(route.policy, **route.policy_params)
         except UnknownPolicy as exc:
-            raise ConfigError(f"routes[{i}].policy: {exc}") from None
+            where, _ = _where(("routes", i, "policy"), overrides)
+            raise ConfigError(f"{where}: {exc}") from None
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"routes[{i}].policy_params: {exc}") from None
+            where, _ = _where(("routes", i, "policy_params"), overrides)
+            raise ConfigError(f"{where}: {exc}") from None

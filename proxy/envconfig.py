@@ -6,10 +6,16 @@ of the route and the other routes stay as the YAML has them. A key's value is re
 same key's in a section: JSON where the key holds a dict or a list (`POLICY_PARAMS`).
 `CTXWARDEN_ROUTES` set to a JSON list replaces the YAML's routes (`ROUTES__<i>__*` then go
 unread).
+
+What the environment gets wrong names the variable: a `CTXWARDEN_<X>__…` whose `<X>` is no
+section, a value that is not valid JSON, and a value that does not validate
+(`variable_at`). Variables without `__` are not the config's (`CTXWARDEN_KEYS` and the
+like, named by `auth.*_env`) and are not read.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, get_args, get_origin
@@ -19,6 +25,7 @@ from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
     PydanticBaseSettingsSource,
+    SettingsError,
     YamlConfigSettingsSource,
 )
 
@@ -34,7 +41,8 @@ def deep_update(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 class EnvOverrideError(ValueError):
-    """A route's override that matches no route; the message names the variable."""
+    """An override that cannot be read (no such section, not JSON) or matches no route; the
+    message names the variable."""
 
 
 class _IndexedEnv(EnvSettingsSource):
@@ -63,11 +71,38 @@ class EnvOverYaml(PydanticBaseSettingsSource):
         return None, field_name, False  # unused: __call__ reads both sources whole
 
     def __call__(self) -> dict[str, Any]:
+        self._check_sections()
         yaml = self.yaml() if self.yaml is not None else {}
-        env = self.env()
+        try:
+            env = self.env()
+        except SettingsError as exc:
+            raise self._not_json(exc) from None
         if isinstance(env.get("routes"), dict):
             env["routes"] = self._routes(yaml.get("routes"), env["routes"])
         return deep_update(yaml, env)
+
+    def _check_sections(self) -> None:
+        """Every `CTXWARDEN_<X>__…` names a section: a typo in `<X>` is not ignored."""
+        prefix, delimiter = self.env.env_prefix.upper(), self.env.env_nested_delimiter or "__"
+        sections = list(self.settings_cls.model_fields)
+        bad = sorted(n for n in os.environ if n.upper().startswith(prefix) and delimiter in
+                     n[len(prefix):] and n[len(prefix):].split(delimiter)[0].lower()
+                     not in sections)
+        if bad:
+            valid = ", ".join(s.upper() for s in sections)
+            raise EnvOverrideError("\n".join(
+                f"{n}: {n[len(prefix):].split(delimiter)[0]} is not a config section "
+                f"(sections: {valid})" for n in bad))
+
+    def _not_json(self, exc: SettingsError) -> Exception:
+        """The variables holding the text pydantic-settings could not decode as JSON."""
+        cause = exc.__cause__
+        if not isinstance(cause, json.JSONDecodeError):
+            return exc
+        prefix = self.env.env_prefix.upper()
+        names = sorted(n for n, v in os.environ.items()
+                       if n.upper().startswith(prefix) and v == cause.doc)
+        return EnvOverrideError(f"{', '.join(names) or prefix + '*'}: not valid JSON: {cause}")
 
     def _routes(self, routes: Any, overrides: dict[str, Any]) -> Any:
         """The YAML's routes with each index's keys overridden."""
@@ -95,3 +130,31 @@ class EnvOverYaml(PydanticBaseSettingsSource):
             else f"{count} routes (0-{count - 1})"
         number = "" if index.isascii() and index.isdigit() else "a route's index is a number; "
         return f"{name}: {number}{self.yaml_file} has {has}"
+
+
+def variable_at(settings_cls: type[BaseSettings],
+                loc: tuple[int | str, ...]) -> tuple[str, bool] | None:
+    """The `CTXWARDEN_*` variable that set the value at `loc` (a validation error's), and
+    whether `loc` lies inside its value (its JSON); None where the value is the YAML's, or
+    the YAML's and the environment's together (a route and the override of one of its keys).
+    """
+    env = _IndexedEnv(settings_cls)
+    parts = [str(p).lower() for p in loc]
+    node: Any = env()
+    for part in parts:
+        if not isinstance(node, dict):
+            break  # a list or a value the environment set whole: all of it is the variable's
+        if part not in node:
+            return None
+        node = node[part]
+    prefix, delimiter = env.env_prefix.upper(), env.env_nested_delimiter or "__"
+    found: list[tuple[int, str]] = []
+    for name in os.environ:
+        if name.upper().startswith(prefix):
+            path = name[len(prefix):].lower().split(delimiter)
+            if path == parts[:len(path)]:
+                found.append((len(path), name))
+    if not found:
+        return None
+    depth, name = max(found)
+    return name, depth < len(parts)

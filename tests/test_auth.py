@@ -261,8 +261,34 @@ def test_keys_from_env_and_config_errors(monkeypatch: pytest.MonkeyPatch) -> Non
     with pytest.raises(ConfigError, match="mode proxy_keys needs at least one key"):
         init_app(load_settings())
     monkeypatch.setenv("CTXWARDEN_AUTH__MODE", "open-sesame")
-    with pytest.raises(ConfigError, match="auth.mode: Input should be 'none', 'proxy_keys'"):
+    with pytest.raises(ConfigError, match="CTXWARDEN_AUTH__MODE: Input should be 'none', "
+                                          "'proxy_keys'"):
         load_settings()
+
+
+def test_every_unset_key_variable_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both `*_env` of auth and a route's `api_key_env` unset: one error lists all three,
+    rather than one per start-up."""
+    for name in ("CTXW_TEST_CLIENTS", "CTXW_TEST_ADMINS", "CTXW_TEST_UPSTREAM"):
+        monkeypatch.delenv(name, raising=False)
+    s = Settings(store={"path": ":memory:"},
+                 auth={"mode": "proxy_keys", "keys_env": "CTXW_TEST_CLIENTS",
+                       "admin_keys_env": "CTXW_TEST_ADMINS"},
+                 routes=[{"name": "r", "upstream": {"model": "openai/x",
+                                                    "api_key_env": "CTXW_TEST_UPSTREAM"}}])
+    with pytest.raises(ConfigError) as info:
+        init_app(s, store=MemoryStore())
+    assert str(info.value) == (
+        "auth.keys_env: the environment variable CTXW_TEST_CLIENTS is not set\n"
+        "auth.admin_keys_env: the environment variable CTXW_TEST_ADMINS is not set\n"
+        "routes[0] ('r'): upstream.api_key_env: the environment variable CTXW_TEST_UPSTREAM "
+        "is not set")
+    monkeypatch.setenv("CTXW_TEST_CLIENTS", " , ")  # set, but holds no key
+    with pytest.raises(ConfigError) as info:
+        init_app(s, store=MemoryStore())
+    assert str(info.value).splitlines()[:2] == [
+        "auth.admin_keys_env: the environment variable CTXW_TEST_ADMINS is not set",
+        "auth.keys: mode proxy_keys needs at least one key (auth.keys or auth.keys_env)"]
 
 
 @pytest.mark.parametrize("stream", [False, True])

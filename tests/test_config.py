@@ -148,11 +148,13 @@ def test_env_override_of_a_route_without_a_config_file(monkeypatch: pytest.Monke
     ("name", "value", "needle"),
     [
         ("CTXWARDEN_ROUTES__1__CONTEXT_WINDOW", "big",
-         "routes[1].context_window: Input should be a valid integer"),
+         "CTXWARDEN_ROUTES__1__CONTEXT_WINDOW: Input should be a valid integer"),
         ("CTXWARDEN_ROUTES__0__RECALL__ENABLED", "maybe",
-         "routes[0].recall.enabled: Input should be a valid boolean"),
-        ("CTXWARDEN_ROUTES__0__CONTXT_WINDOW", "5", "routes[0].contxt_window: Extra inputs"),
-        ("CTXWARDEN_ROUTES__0__POLICY", "nope", "routes[0].policy: Unknown policy: nope"),
+         "CTXWARDEN_ROUTES__0__RECALL__ENABLED: Input should be a valid boolean"),
+        ("CTXWARDEN_ROUTES__0__CONTXT_WINDOW", "5",
+         "CTXWARDEN_ROUTES__0__CONTXT_WINDOW: Extra inputs"),
+        ("CTXWARDEN_ROUTES__0__POLICY", "nope",
+         "CTXWARDEN_ROUTES__0__POLICY: Unknown policy: nope"),
         ("CTXWARDEN_ROUTES__1__NAME", "small", "duplicate route name 'small'"),
     ],
 )

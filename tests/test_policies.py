@@ -54,7 +54,8 @@ def test_registry_names_and_unknown_policy() -> None:
     assert available() == NAMES
     with pytest.raises(UnknownPolicy) as err:
         get_policy("nope")
-    assert str(err.value) == "Unknown policy: nope"
+    assert str(err.value) == ("Unknown policy: nope (registered: decay, hybrid, lfu, lru, mask, "
+                              "none, rwoe, rwoe-r, truncate)")
     with pytest.raises(TypeError, match="alpah"):
         get_policy("rwoe", alpah=0.3)
     assert all(get_policy(n).reason != "budget" for n in NAMES)
