@@ -36,7 +36,9 @@ def test_serve_refuses_a_route_whose_key_variable_is_unset(
         assert main(["serve", "--config", str(config)]) == 2
     finally:
         structlog.reset_defaults()  # serve configured logging; capture_logs needs the default
-    assert capsys.readouterr().err == (
+    assert capsys.readouterr().err == (  # the config read, the routes resolved: it starts
+        "ctxwarden: starting on 127.0.0.1:8787 (LiteLLM, the store, the embedder's process); "
+        "'listening' follows when ready\n"
         "ctxwarden: routes[1] ('claude'): upstream.api_key_env: the environment variable "
         "CTXW_TEST_NO_SUCH_KEY is not set\n")
 

@@ -37,8 +37,6 @@ def configure_logging(json: bool = True, level: int = logging.INFO) -> None:
 def serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
-    from proxy.app import init_app
-
     try:
         settings = load_settings(args.config)
         if args.host:
@@ -46,6 +44,12 @@ def serve(args: argparse.Namespace) -> int:
         if args.port:
             settings.server.port = args.port
         configure_logging(json=not args.pretty)
+        # the imports and the store take a while (~10 s on 2 cores): say so, not nothing
+        print(f"ctxwarden: starting on {settings.server.host}:{settings.server.port} "
+              "(LiteLLM, the store, the embedder's process); 'listening' follows when ready",
+              file=sys.stderr, flush=True)
+        from proxy.app import init_app
+
         app = init_app(settings)
     except ConfigError as exc:
         print(f"ctxwarden: {exc}", file=sys.stderr)
