@@ -91,3 +91,20 @@ def test_demo_start_needs_a_matching_route(tmp_path: Path,
         f"ctxwarden demo: no route in {cfg} matches model 'demo'; the shipped config.yaml "
         "has the `demo` route (LiteLLM mock, window 1200)\n")
     assert not (tmp_path / "db").exists()
+
+
+def test_demo_keys_come_from_the_servers_variables_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README names the server's CTXWARDEN_KEYS / CTXWARDEN_ADMIN_KEYS; the demo's own
+    singular variables win where set (a new user set the server's and got a 401)."""
+    from proxy.cli import build_parser
+
+    for name in ("CTXWARDEN_API_KEY", "CTXWARDEN_ADMIN_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CTXWARDEN_KEYS", " ck-a , ck-b")
+    monkeypatch.setenv("CTXWARDEN_ADMIN_KEYS", "ak-1,ak-2")
+    args = build_parser().parse_args(["demo"])
+    assert (args.api_key, args.admin_key) == ("ck-a", "ak-1")
+    monkeypatch.setenv("CTXWARDEN_ADMIN_KEY", "ak-own")
+    assert build_parser().parse_args(["demo"]).admin_key == "ak-own"
+    monkeypatch.delenv("CTXWARDEN_KEYS")
+    assert build_parser().parse_args(["demo"]).api_key is None

@@ -49,10 +49,12 @@ def add_parser(subparsers: Any) -> None:
                    help="with --start: stop when the demo ends instead of serving on")
     p.add_argument("--model", default="demo", help="model to ask for (default demo)")
     p.add_argument("--session", default=None, help="session id (default demo-<random>)")
-    p.add_argument("--api-key", default=os.environ.get("CTXWARDEN_API_KEY"),
-                   help="proxy key for /v1 (default $CTXWARDEN_API_KEY)")
-    p.add_argument("--admin-key", default=os.environ.get("CTXWARDEN_ADMIN_KEY"),
-                   help="admin key for /admin (default $CTXWARDEN_ADMIN_KEY)")
+    p.add_argument("--api-key", default=_env_key("CTXWARDEN_API_KEY", "CTXWARDEN_KEYS"),
+                   help="proxy key for /v1 (default $CTXWARDEN_API_KEY, else the first of "
+                        "$CTXWARDEN_KEYS, the server's keys_env in the README)")
+    p.add_argument("--admin-key", default=_env_key("CTXWARDEN_ADMIN_KEY", "CTXWARDEN_ADMIN_KEYS"),
+                   help="admin key for /admin (default $CTXWARDEN_ADMIN_KEY, else the first of "
+                        "$CTXWARDEN_ADMIN_KEYS)")
     p.set_defaults(func=run)
 
 
@@ -65,6 +67,15 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _env_key(one: str, many: str) -> str | None:
+    """A key from the environment: `one`'s, else the first of `many`'s comma-separated list
+    (the variable a server on this machine reads its keys from)."""
+    if os.environ.get(one):
+        return os.environ[one]
+    first = os.environ.get(many, "").split(",")[0].strip()
+    return first or None
 
 
 def _bearer(key: str | None) -> dict[str, str]:
