@@ -10,9 +10,10 @@ classification and recall): proxy/routing.py.
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
@@ -171,12 +172,30 @@ def _where(loc: tuple[int | str, ...], overrides: dict[str, Any]) -> tuple[str, 
     return (f"{name}: {_key(loc)}" if inside else name), True
 
 
+def _nearest(loc: tuple[int | str, ...]) -> str:
+    """' (did you mean port?)' for an unknown key one typo away from a known one."""
+    model: Any = Settings
+    for part in loc[:-1]:  # down to the model holding the key (a list's index skipped)
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return ""
+        model = field.annotation
+        args = [a for a in get_args(model) if isinstance(a, type)]
+        model = args[0] if get_origin(model) is not None and args else model
+    names = list(getattr(model, "model_fields", {}))
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def _invalid(exc: ValidationError, yaml_path: Path | None, overrides: dict[str, Any]) -> str:
     """Each error under the file's key, or under the variable that set its value."""
     lines: dict[bool, list[str]] = {False: [], True: []}
     for e in exc.errors():
         where, in_env = _where(e["loc"], overrides)
-        lines[in_env].append(f"{where}: {e['msg']}")
+        hint = _nearest(e["loc"]) if e["type"] == "extra_forbidden" else ""
+        lines[in_env].append(f"{where}: {e['msg']}{hint}")
     blocks: list[str] = []
     if lines[False]:
         where = f"{yaml_path}: " if yaml_path else ""

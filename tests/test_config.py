@@ -183,7 +183,8 @@ def test_serve_exits_2_naming_the_variable_of_a_missing_route(
     ("text", "needle"),
     [
         ("routes:\n  - name: a\n    upstream: {model: openai/x}\n    contxt_window: 5\n",
-         "routes[0].contxt_window: Extra inputs are not permitted"),
+         "routes[0].contxt_window: Extra inputs are not permitted (did you mean "
+         "context_window?)"),
         ("routes:\n  - name: a\n    upstream: {model: openai/x}\n    watermark: 2\n",
          "routes[0].watermark: Input should be less than or equal to 1"),
         ("routes:\n  - name: a\n", "routes[0].upstream: Field required"),

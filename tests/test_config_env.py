@@ -63,7 +63,7 @@ def test_variables_without_the_delimiter_are_not_the_configs(
 
 @pytest.mark.parametrize(("name", "value", "message"), [
     ("CTXWARDEN_SERVER__PROT", "9000",
-     "CTXWARDEN_SERVER__PROT: Extra inputs are not permitted"),
+     "CTXWARDEN_SERVER__PROT: Extra inputs are not permitted (did you mean port?)"),
     ("CTXWARDEN_ROUTES__0__CONTEXT_WINDOW", "abc",
      "CTXWARDEN_ROUTES__0__CONTEXT_WINDOW: Input should be a valid integer, unable to parse "
      "string as an integer"),
@@ -93,14 +93,15 @@ def test_errors_of_the_file_and_of_the_environment_are_told_apart(
     monkeypatch.setenv("CTXWARDEN_ROUTES__0__WATERMARK", "2")
     assert error(path) == (
         f"{path}: invalid config\n"
-        "  server.prot: Extra inputs are not permitted\n"
+        "  server.prot: Extra inputs are not permitted (did you mean port?)\n"
         "invalid environment override\n"
         "  CTXWARDEN_ROUTES__0__WATERMARK: Input should be less than or equal to 1")
 
 
 def test_the_file_alone_is_blamed_as_before(tmp_path: Path) -> None:
     path = write(tmp_path, "server: {prot: 1}\n")
-    assert error(path) == f"{path}: invalid config\n  server.prot: Extra inputs are not permitted"
+    assert error(path) == (f"{path}: invalid config\n  server.prot: Extra inputs are not "
+                           "permitted (did you mean port?)")
 
 
 @pytest.mark.parametrize(("name", "value", "position"), [
@@ -140,4 +141,24 @@ def test_serve_exits_2_naming_the_variable(
     monkeypatch.setenv("CTXWARDEN_SERVER__PROT", "9000")
     assert main(["serve", "--config", str(path)]) == 2
     assert capsys.readouterr().err == ("ctxwarden: invalid environment override\n"
-                                       "  CTXWARDEN_SERVER__PROT: Extra inputs are not permitted\n")
+                                       "  CTXWARDEN_SERVER__PROT: Extra inputs are not "
+                                       "permitted (did you mean port?)\n")
+
+
+def test_an_unknown_key_one_typo_away_names_the_known_one(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+sever: {port: 1}
+routes:
+  - name: a
+    model: "a-*"
+    upstream: {model: openai/gpt-4o, api_base: "http://127.0.0.1:9/v1", api_key: k}
+    context_windw: 8000
+    recall: {min_relevanc: 0.3, zzz: 1}
+""")
+    assert error(path).splitlines()[1:] == [
+        "  routes[0].recall.min_relevanc: Extra inputs are not permitted (did you mean "
+        "min_relevance?)",
+        "  routes[0].recall.zzz: Extra inputs are not permitted",  # nothing near it
+        "  routes[0].context_windw: Extra inputs are not permitted (did you mean "
+        "context_window?)",
+        "  sever: Extra inputs are not permitted (did you mean server?)"]
