@@ -19,6 +19,7 @@ export TOKENIZERS_PARALLELISM := false
 install: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.lock pyproject.toml
+	@echo "Installing the pinned dependencies into $(VENV) (the first time: about 4 minutes, ~2.6 GB)"
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	# CPU torch first, so sentence-transformers does not pull a multi-GB CUDA build.
 	$(BIN)/pip install -q $(TORCH) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
