@@ -123,6 +123,7 @@ def init_app(settings: Settings, store: Store | None = None,
         if upstream is None:
             await app[UPSTREAM].close()
         await app[PIPELINE].close()
+        await app[HEALTH].close()  # a retry of the store's opening, if one is running
         await app[STORE].close()
 
     app.cleanup_ctx.append(resources)

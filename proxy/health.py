@@ -12,6 +12,7 @@ opened through here (an app built in a test, a store with nothing to open) is no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -43,6 +44,14 @@ class StoreHealth:
                 time.monotonic() - self._tried >= self.retry_s):
             self._task = asyncio.get_running_loop().create_task(self._retry())
         return self.error
+
+    async def close(self) -> None:
+        """A retry still running at shutdown is cancelled (the store closes next)."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _retry(self) -> None:
         try:
