@@ -57,7 +57,11 @@ class ServerSettings(_Strict):
 
 class StoreSettings(_Strict):
     path: str = "./data/lancedb"  # a directory or an object-store URI (s3://…)
-    embedder: str = "sentence-transformers"
+    # "sentence-transformers" (alias "local"): the packaged MiniLM in a child process;
+    # "litellm": a hosted model named by embed_model (its key from the provider's own
+    # environment variable)
+    embedder: Literal["sentence-transformers", "sentence_transformers", "local",
+                      "litellm"] = "sentence-transformers"
     embed_model: str = "all-MiniLM-L6-v2"
     # The local model's arithmetic (the default is store/embedchild.py's PRECISION: a
     # test holds them equal). "auto": bfloat16 where the CPU computes it natively and the

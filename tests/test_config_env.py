@@ -84,6 +84,21 @@ def test_a_bad_value_from_the_environment_names_the_variable(
     assert error(write(tmp_path)) == "invalid environment override\n  " + message
 
 
+def test_a_misspelled_embedder_names_its_variable_and_the_choices(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It was any string until the store was built, which raised UnknownEmbedder out of
+    `serve` as a traceback naming neither the key nor the variable."""
+    monkeypatch.setenv("CTXWARDEN_STORE__EMBEDDER", "sentence-transfomers")
+    assert error(write(tmp_path)) == (
+        "invalid environment override\n  CTXWARDEN_STORE__EMBEDDER: Input should be "
+        "'sentence-transformers', 'sentence_transformers', 'local' or 'litellm'")
+    path = write(tmp_path, "store: {embedder: minilm}\n" + ROUTES)
+    monkeypatch.delenv("CTXWARDEN_STORE__EMBEDDER")
+    assert error(path) == (
+        f"{path}: invalid config\n  store.embedder: Input should be "
+        "'sentence-transformers', 'sentence_transformers', 'local' or 'litellm'")
+
+
 def test_errors_of_the_file_and_of_the_environment_are_told_apart(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A key the file sets stays the file's, even under a variable that sets its section's
