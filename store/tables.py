@@ -54,9 +54,12 @@ class Tables:
     async def connect(self, *, upgrade: bool) -> Any:
         """Connect and open every table; the connection, for the caller to keep once the
         rest of its opening is done (`db` stays None until then)."""
-        if "://" not in self.uri or self.uri.startswith("file://"):
-            Path(self.uri.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
-        db = await lancedb.connect_async(self.uri, storage_options=self._storage_options,
+        uri = self.uri
+        if "://" not in uri or uri.startswith("file://"):
+            Path(uri.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+        if "://" not in uri:  # absolute: LanceDB takes a relative "db…" for its cloud
+            uri = str(Path(uri).resolve())
+        db = await lancedb.connect_async(uri, storage_options=self._storage_options,
                                          read_consistency_interval=self._consistency)
         for name in (S.CHUNKS, S.EVENTS):
             self.handles[name] = await open_table(db, name)

@@ -240,3 +240,21 @@ async def test_a_session_that_evicted_nothing_is_listed_by_its_turns(
     assert [r["session"] for r in rows].count("quiet") == 1
     assert {(r["tenant"], r["session"]) for r in await store.sessions()} == {
         ("acme", "s1"), ("acme", "quiet"), ("other", "quiet")}
+
+
+async def test_a_relative_path_starting_with_db_is_a_local_directory(
+        tmp_path: Path, embedder: CachedEmbedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`store.path: db` (or `dbx`): LanceDB takes a relative path starting with "db" for
+    its cloud service and failed with "An api_key or oauth_config is required"."""
+    monkeypatch.chdir(tmp_path)
+    s = LanceStore("db", embedder, background=False)
+    try:
+        await s.offload([chunk("c1", "kept on this disk")])
+    finally:
+        await s.close()
+    again = LanceStore("db", embedder, background=False)
+    try:
+        assert [c.text for c in await again.fetch("acme", "s1", ["c1"])] == ["kept on this disk"]
+    finally:
+        await again.close()
+    assert (tmp_path / "db" / "chunks.lance").is_dir()
