@@ -91,5 +91,9 @@ def test_missing_store_and_bad_config(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["log", "--session", "s1", "--config", str(cfg)]) == 1
     assert "no store at" in capsys.readouterr().err
     assert not (tmp_path / "absent").exists()  # reading never creates a store
+    (tmp_path / "absent").mkdir()  # an empty directory: no tables made in it either
+    assert main(["log", "--session", "s1", "--config", str(cfg)]) == 1
+    assert "no store at" in capsys.readouterr().err
+    assert list((tmp_path / "absent").iterdir()) == []
     assert main(["log", "--session", "s1", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "config file not found" in capsys.readouterr().err

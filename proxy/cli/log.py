@@ -64,7 +64,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"ctxwarden: {exc}", file=sys.stderr)
         return 2
     path = settings.store.path
-    if "://" not in path and path != ":memory:" and not Path(path).is_dir():
+    if "://" not in path and path != ":memory:" and not _holds_a_store(Path(path)):
         print(f"ctxwarden: no store at {path} (store.path); nothing was evicted yet?",
               file=sys.stderr)
         return 1
@@ -83,6 +83,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
               "store.path (--config, CTXWARDEN_STORE__PATH) and the session's tenant "
               "(--tenant, GET /admin/sessions) must be the same", file=sys.stderr)
     return 0
+
+
+def _holds_a_store(path: Path) -> bool:
+    """A directory the proxy has written to: opening an empty one would create the tables."""
+    return path.is_dir() and any((path / name).exists()
+                                 for name in ("chunks.lance", "events.lance", "_wal"))
 
 
 async def _read(path: str, tenant: str, session: str) -> list[Event]:
