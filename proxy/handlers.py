@@ -19,6 +19,7 @@ from proxy.keys import HEALTH, PIPELINE, SETTINGS, STORE, UPSTREAM
 from proxy.prepared import Prepared
 from proxy.session import session_key
 from proxy.upstream.headers import from_client
+from proxy.usage import StreamUsage, usage_fields
 from proxy.validate import validate_body
 from store.errors import StoreUnavailable
 from store.quiet import QUIET
@@ -73,10 +74,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         reply = await upstream.complete(route, prepared.body, api_key, sent)
         if unproven:
             await _accepted(request, prepared)
-        if reply.usage:
-            fields["usage_prompt"] = reply.usage.get("prompt_tokens")
-            fields["usage_completion"] = reply.usage.get("completion_tokens")
-        log.info("request", status=reply.status, latency_ms=_ms(started), **fields)
+        billed = usage_fields(reply.usage)
+        metrics.observe_usage(request, route.name, billed)
+        log.info("request", status=reply.status, latency_ms=_ms(started), **fields, **billed)
         return web.Response(body=reply.body, status=reply.status,
                             headers={**reply.headers, **prepared.headers()},
                             content_type="application/json")
@@ -87,9 +87,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                                        "Cache-Control": "no-cache",
                                        "Content-Type": "text/event-stream"})
     outcome = "complete"
+    usage = StreamUsage()
     try:
         await resp.prepare(request)
         async for frame in stream:
+            usage.see(frame)
             await resp.write(frame)
         await resp.write_eof()
     except ConnectionResetError:  # the client left: closing the stream cancels upstream
@@ -99,7 +101,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         raise
     finally:
         await stream.aclose()
-        log.info("request", status=200, outcome=outcome, latency_ms=_ms(started), **fields)
+        metrics.observe_usage(request, route.name, usage.fields)
+        log.info("request", status=200, outcome=outcome, latency_ms=_ms(started), **fields,
+                 **usage.fields)
     return resp
 
 

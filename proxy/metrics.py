@@ -6,6 +6,10 @@
     ctxwarden_tokens_out_total{route}               prompt tokens forwarded (fitted + recall)
     ctxwarden_evicted_tokens_total{route, class}    tokens newly evicted
     ctxwarden_recalled_tokens_total{route, class}   tokens re-injected by recall
+    ctxwarden_upstream_prompt_tokens_total{route}   prompt tokens the provider billed
+    ctxwarden_upstream_cached_tokens_total{route}   ... of which its prompt cache served
+    ctxwarden_upstream_completion_tokens_total{route}  completion tokens it billed (usage
+                                                    as replies report it: proxy/usage.py)
     ctxwarden_store_seconds{op}                     store calls (record, evicted_ids, …)
     ctxwarden_upstream_seconds{route, stream}       a whole reply, or until a stream opens
     ctxwarden_overhead_seconds{route}               time in the proxy before forwarding
@@ -62,6 +66,13 @@ STORE_OPS = ("record", "offload", "log", "recall", "evicted_ids", "events", "ses
 FAST = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1.0, 2.5, 5.0)
 SLOW = (.005, .01, .025, .05, .1, .25, .5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 _INNER = "__ctxwarden_inner__"
+BILLED = (  # a reply's usage field (proxy/usage.py), its counter, the counter's help
+    ("usage_prompt", "ctxwarden_upstream_prompt_tokens",
+     "Prompt tokens the provider reported (its usage)"),
+    ("usage_cached", "ctxwarden_upstream_cached_tokens",
+     "Prompt tokens the provider reported its prompt cache served"),
+    ("usage_completion", "ctxwarden_upstream_completion_tokens",
+     "Completion tokens the provider reported"))
 
 
 class Metrics:
@@ -78,6 +89,8 @@ class Metrics:
                                ["route", "class"], registry=r)
         self.recalled = Counter("ctxwarden_recalled_tokens", "Tokens recalled, by class",
                                 ["route", "class"], registry=r)
+        self.billed = {field: Counter(name, text, ["route"], registry=r)
+                       for field, name, text in BILLED}
         self.store_seconds = Histogram("ctxwarden_store_seconds", "Store call latency",
                                        ["op"], buckets=FAST, registry=r)
         self.upstream_seconds = Histogram("ctxwarden_upstream_seconds", "Upstream latency: "
@@ -110,6 +123,16 @@ def observe(request: web.Request, p: Prepared, overhead_ms: float) -> None:
         elif e.action == "recall":
             m.recalled.labels(route, e.klass).inc(e.tokens)
     m.overhead_seconds.labels(route).observe(overhead_ms / 1000)
+
+
+def observe_usage(request: web.Request, route: str, fields: dict[str, int]) -> None:
+    """What the provider reported a reply cost (proxy/usage.py `usage_fields`)."""
+    m = request.app.get(METRICS)
+    if m is None:
+        return
+    for field, counter in m.billed.items():
+        if field in fields:
+            counter.labels(route).inc(fields[field])
 
 
 def _path(request: web.Request) -> str:

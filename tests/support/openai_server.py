@@ -64,10 +64,15 @@ class UpstreamServer(FakeServer):
 
     def __init__(self, *, context_window: int | None = 128_000, api_key: str | None = None,
                  models: tuple[str, ...] = ("gpt-4o-mini", "mock-1"),
-                 record: bool = True) -> None:
+                 record: bool = True, prefix_cache: int | None = None) -> None:
         super().__init__(context_window=context_window, api_key=api_key)  # Bearer <key>
         self.models = models
         self.record = record  # False for benchmarks: thousands of 870 KB bodies add up
+        # A prompt cache as OpenAI reports it: `cached_tokens` are the prompt's leading
+        # messages that an earlier prompt began with too, counted, when they come to
+        # `prefix_cache` tokens or more (OpenAI's minimum is 1,024); None: no cache (0)
+        self.prefix_cache = prefix_cache
+        self._prompts: list[list[bytes]] = []  # the last prompts' messages, serialized
         self.disconnects = 0
         self._enc: tiktoken.Encoding | None = None
 
@@ -118,9 +123,11 @@ class UpstreamServer(FakeServer):
             if reply.status != 200:
                 return self._error_response(reply, body)
             self.served += 1
+            cached = self._cached(body["messages"], prompt_tokens)
             if body.get("stream"):
-                return await self._stream(request, body, reply, prompt_tokens)
-            return web.Response(body=orjson.dumps(self._completion(body, reply, prompt_tokens)),
+                return await self._stream(request, body, reply, prompt_tokens, cached)
+            return web.Response(body=orjson.dumps(self._completion(body, reply, prompt_tokens,
+                                                                   cached)),
                                 headers=reply.headers, content_type="application/json")
         except asyncio.CancelledError:
             self.disconnects += 1
@@ -295,16 +302,34 @@ class UpstreamServer(FakeServer):
                 "model": body["model"], "service_tier": "default",
                 "system_fingerprint": "fp_fake0001"}
 
+    def _cached(self, msgs: list[Any], prompt: int) -> int:
+        if self.prefix_cache is None:
+            return 0
+        keys = [orjson.dumps(m, option=orjson.OPT_SORT_KEYS) for m in msgs]
+        lead = 0
+        for prev in self._prompts:
+            n = next((i for i, (a, b) in enumerate(zip(prev, keys, strict=False))
+                      if a != b), min(len(prev), len(keys)))
+            lead = max(lead, n)
+        self._prompts = [*self._prompts[-63:], keys]
+        if not lead:
+            return 0
+        head = msgs[:lead]
+        tokens = min(prompt, len(orjson.dumps(head)) // 4 if self.context_window is None
+                     else self.count_tokens(head)[0])
+        return tokens if tokens >= self.prefix_cache else 0
+
     @staticmethod
-    def _usage(prompt: int, completion: int) -> dict[str, Any]:
+    def _usage(prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
         return {"prompt_tokens": prompt, "completion_tokens": completion,
                 "total_tokens": prompt + completion,
-                "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+                "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
                 "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
                                               "accepted_prediction_tokens": 0,
                                               "rejected_prediction_tokens": 0}}
 
-    def _completion(self, body: dict[str, Any], reply: Reply, prompt: int) -> dict[str, Any]:
+    def _completion(self, body: dict[str, Any], reply: Reply, prompt: int,
+                    cached: int = 0) -> dict[str, Any]:
         calls = self._tool_calls(reply)
         message: dict[str, Any] = {"role": "assistant", "content": None if calls else reply.text,
                                    "refusal": None, "annotations": []}
@@ -316,9 +341,10 @@ class UpstreamServer(FakeServer):
                    for i in range(n)]
         completion = len((reply.text or "").split()) + 10 * len(calls)
         return {**self._head(body, "chat.completion"), "choices": choices,
-                "usage": self._usage(prompt, completion)}
+                "usage": self._usage(prompt, completion, cached)}
 
-    def _events(self, body: dict[str, Any], reply: Reply, prompt: int) -> list[dict[str, Any]]:
+    def _events(self, body: dict[str, Any], reply: Reply, prompt: int,
+                cached: int = 0) -> list[dict[str, Any]]:
         head = self._head(body, "chat.completion.chunk")
         usage = bool((body.get("stream_options") or {}).get("include_usage"))
         extra = {"usage": None} if usage else {}
@@ -342,15 +368,16 @@ class UpstreamServer(FakeServer):
         events.append(chunk({}, "tool_calls" if calls else "stop"))
         if usage:
             completion = len(text.split()) + 10 * len(calls)
-            events.append({**head, "choices": [], "usage": self._usage(prompt, completion)})
+            events.append({**head, "choices": [],
+                           "usage": self._usage(prompt, completion, cached)})
         return events
 
     async def _stream(self, request: web.Request, body: dict[str, Any], reply: Reply,
-                      prompt: int) -> web.StreamResponse:
+                      prompt: int, cached: int = 0) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                            "Cache-Control": "no-cache", **reply.headers})
         await resp.prepare(request)
-        for i, event in enumerate(self._events(body, reply, prompt)):
+        for i, event in enumerate(self._events(body, reply, prompt, cached)):
             if reply.break_after is not None and i >= reply.break_after:
                 assert request.transport is not None
                 request.transport.abort()  # a broken upstream: no terminating chunk
