@@ -44,7 +44,7 @@ class Fit:
     restored: list[Decision] = field(default_factory=list)  # sticky evictions taken back
 
 
-RESTORE_ROOM = 0.20  # of the budget free below the watermark before anything is restored
+RESTORE_ROOM = 0.10  # of the budget free below the watermark before anything is restored
 RESTORE_REASON = "room returned: restored, most valuable first, below the watermark"
 FITS_REASON = "the whole request fits the budget: earlier evictions do not apply"
 
