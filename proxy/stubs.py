@@ -23,10 +23,15 @@ def what(part: Part) -> str:
 
 
 def stub_text(part: Part) -> str:
+    """A pure function of the result and its chunk id, so every process renders the same
+    bytes: the size is its characters. Its tokens were counted by a process that saw the
+    session turn by turn and estimated by one that saw the history whole (after a restart,
+    on another replica), and the figure changed every stub of the prompt: a prefix-cache
+    miss for every session after each deploy."""
     ids = digest(part)
     kept = f"; identifiers in it: {', '.join(ids)}" if ids else ""
-    return (f"[ctxwarden: {part.info.tokens} tokens of {what(part)} offloaded as chunk "
-            f"{part.chunk.id}; relevant passages are recalled automatically{kept}]")
+    return (f"[ctxwarden: {len(part.info.text)} characters of {what(part)} offloaded as "
+            f"chunk {part.chunk.id}; relevant passages are recalled automatically{kept}]")
 
 
 class StubCosts:

@@ -53,7 +53,7 @@ async def test_custom_tool_calls_are_fitted_in_pairs(aiohttp_client: ClientFacto
     sent = upstream.history[-1].body
     assert sent["tools"] == TOOLS and sent["messages"][-1] == msgs[-1]
     stubs = [m["content"] for m in sent["messages"] if STUB.search(str(m.get("content")))]
-    assert any("tokens of apply_patch output offloaded" in s for s in stubs)
+    assert any("characters of apply_patch output offloaded" in s for s in stubs)
     kept_calls = [c for m in sent["messages"] for c in m.get("tool_calls") or ()]
     assert custom("ct_7", msgs[-4]["tool_calls"][0]["custom"]["input"]) in kept_calls
     answered = {m["tool_call_id"] for m in sent["messages"] if m["role"] == "tool"}

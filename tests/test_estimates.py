@@ -17,7 +17,7 @@ from proxy.analysis import fingerprint
 from proxy.keys import PIPELINE
 from proxy.tokens import REPLY_PRIMING, TokenCounter, encoding_for
 from store.base import MemoryStore
-from tests.support.app import CHAT, make, settings_for
+from tests.support.app import CHAT, STUB, make, settings_for
 from tests.support.messages import cold_history
 
 
@@ -117,6 +117,43 @@ async def test_the_next_turn_after_a_cold_history_keeps_its_prefix_byte_for_byte
     assert any("offloaded as chunk" in str(m.get("content")) for m in sent[0])
     assert sent[1][:len(sent[0])] == sent[0]
     assert sent[2] == sent[1]
+
+
+async def test_a_restart_renders_the_stubs_of_a_session_grown_turn_by_turn_the_same(
+        aiohttp_client: Any, upstream: Any) -> None:
+    """A process that saw the session turn by turn counted each result; a restarted one
+    (or another replica) sees the history whole, cold, and estimates. The stubs named the
+    size in tokens, so every stub of the prompt changed after a restart (a soak run: 58 of
+    58): the same request, other bytes, a prefix-cache miss for every session."""
+    from tests.support.messages import assistant, call, tool, user
+
+    store = MemoryStore()
+    history = [{"role": "system", "content": "You are a coding agent."},
+               user("Fix the flaky checkout test.")]
+    settings = settings_for(upstream, context_window=8000)  # rwoe
+    warm = await make(aiohttp_client, settings, store)
+    for i in range(40):  # turn by turn: each request's one new result is counted
+        rows = "\n".join(f"def step_{i}_{j}(order):  # line {j} of f{i}.py, total {i * j}"
+                         for j in range(60))
+        history += [assistant(None, call(f"call_{i:03d}", "read_file", f'{{"path": "f{i}.py"}}')),
+                    tool(f"call_{i:03d}", rows)]
+        resp = await warm.post(CHAT, json={"model": "test-1", "messages": history},
+                               headers={"X-Session-ID": "grown"})
+        assert resp.status == 200, await resp.text()
+    before = upstream.history[-1].body["messages"]
+    restarted = await make(aiohttp_client, settings, store)
+    restarted.app[PIPELINE].cold.min_bytes = 0  # the whole history unseen: cold
+    resp = await restarted.post(CHAT, json={"model": "test-1", "messages": history},
+                                headers={"X-Session-ID": "grown"})
+    assert resp.status == 200, await resp.text()
+
+    def stubs(messages: list[dict[str, Any]]) -> dict[str, str]:
+        return {found.group(1): m["content"] for m in messages
+                if (found := STUB.search(str(m.get("content")))) is not None}
+
+    was, now = stubs(before), stubs(upstream.history[-1].body["messages"])
+    assert len(was) >= 10 and now == was  # the same stubs, byte for byte
+    assert upstream.history[-1].body["messages"] == before  # the whole request the same
 
 
 @pytest.mark.parametrize("text", [
