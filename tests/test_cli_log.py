@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from proxy.cli import main
 from store.base import Event, EvictedChunk
@@ -14,6 +16,12 @@ from store.embed import CachedEmbedder, get_embedder
 from store.lance import LanceStore
 
 T0 = 1_767_000_000.0
+
+
+@pytest.fixture(autouse=True)
+def default_logging() -> Iterator[None]:
+    yield
+    structlog.reset_defaults()  # `log` configured logging; capture_logs needs the default
 
 
 @pytest.fixture(scope="session")
@@ -97,3 +105,26 @@ def test_missing_store_and_bad_config(tmp_path: Path, capsys: pytest.CaptureFixt
     assert list((tmp_path / "absent").iterdir()) == []
     assert main(["log", "--session", "s1", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "config file not found" in capsys.readouterr().err
+
+
+def test_json_stays_json_when_the_store_has_a_log_to_load(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Right after a crash the write-ahead log still holds records: the store says so
+    (`wal_loaded`), and that line went to stdout in front of the JSON (a soak run: every
+    `log --json` on a dead proxy's store unparseable)."""
+    from proxy.cli.log import _NoEmbedder
+
+    async def crash() -> None:  # logged, never replayed into LanceDB: as a SIGKILL leaves it
+        store = LanceStore(tmp_path / "db", _NoEmbedder(), replay=False)  # type: ignore[arg-type]
+        await store.log([Event("default", "s1", 4, "c-aa", "TRANSIENT", 9, 0.5, "evict", "r",
+                               "rwoe", time=T0)])
+        await store.close()
+
+    asyncio.run(crash())
+    capsys.readouterr()  # what the crashed store said as it stopped
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"store:\n  path: {tmp_path / 'db'}\n")
+    assert main(["log", "--session", "s1", "--config", str(cfg), "--json"]) == 0
+    got = capsys.readouterr()
+    assert [e["chunk_id"] for e in json.loads(got.out)["events"]] == ["c-aa"]
+    assert "wal_loaded" not in got.out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,6 +57,12 @@ class _NoEmbedder:
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    from proxy.cli.serve import configure_logging
+
+    # The store's own lines (`wal_loaded` after a crash, a torn log's warning) go to stderr,
+    # warnings only: on stdout they broke `--json` just when an operator reads a dead
+    # proxy's store
+    configure_logging(json=False, level=logging.WARNING)
     out = out or sys.stdout
     try:
         config = args.config or ("config.yaml" if Path("config.yaml").is_file() else None)
