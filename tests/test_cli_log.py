@@ -115,7 +115,7 @@ def test_json_stays_json_when_the_store_has_a_log_to_load(
     from proxy.cli.log import _NoEmbedder
 
     async def crash() -> None:  # logged, never replayed into LanceDB: as a SIGKILL leaves it
-        store = LanceStore(tmp_path / "db", _NoEmbedder(), replay=False)  # type: ignore[arg-type]
+        store = LanceStore(tmp_path / "db", _NoEmbedder(), replay=False)
         await store.log([Event("default", "s1", 4, "c-aa", "TRANSIENT", 9, 0.5, "evict", "r",
                                "rwoe", time=T0)])
         await store.close()
