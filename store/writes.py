@@ -92,7 +92,11 @@ class Writer:
         await self.maintain()
 
     async def maintain(self) -> None:
-        for name, n in list(self._commits.items()):
-            if n >= OPTIMIZE_EVERY:
+        """Compact a table every OPTIMIZE_EVERY commits. The log's replay and the embed
+        worker run this at once: each table's counter is read when its turn comes, not
+        from a list taken before the first compaction, which compacted a table the other
+        caller was compacting (LanceDB: "Rewrite preempted by concurrent Rewrite")."""
+        for name in list(self._commits):
+            if self._commits.get(name, 0) >= OPTIMIZE_EVERY:
                 self._commits[name] = 0
                 await compact(self._t.handles[name], name)

@@ -244,3 +244,38 @@ async def test_the_replay_waits_for_a_pause_unless_the_backlog_grows(
         assert lance.journal.backlog == 0 and await lance_rows(lance, S.CHUNKS) == 3
     finally:
         await lance.close()
+
+
+async def test_two_upkeeps_at_once_compact_each_table_once(tmp_path: Path) -> None:
+    """The log's replay and the embed worker each run the writer's upkeep; one that began
+    before the other's compaction compacted that table again, concurrently (a soak run:
+    LanceDB's "Rewrite preempted by concurrent Rewrite", `store_optimize_failed`)."""
+    from store.writes import OPTIMIZE_EVERY
+
+    store = LanceStore(tmp_path / "db", FakeEmbedder(), background=False)
+    await store.record([chunk("c1")], [event("c1")])
+    writer, handles = store._writer, store._tables
+    calls: dict[str, int] = {}
+    inside = asyncio.Event()
+    for name in (S.CHUNKS, S.EVENTS):
+        real = handles[name].optimize
+
+        async def counted(*args: Any, _name: str = name, _real: Any = real,
+                          **kwargs: Any) -> Any:
+            calls[_name] = calls.get(_name, 0) + 1
+            inside.set()
+            await asyncio.sleep(0.05)  # a compaction takes a while: the other upkeep runs
+            return await _real(*args, **kwargs)
+
+        handles[name].optimize = counted
+    try:
+        writer._commits = {S.CHUNKS: OPTIMIZE_EVERY, S.EVENTS: OPTIMIZE_EVERY}
+        first = asyncio.create_task(writer.maintain())
+        await inside.wait()  # the first is compacting its first table
+        await writer.maintain()
+        await first
+        assert calls == {S.CHUNKS: 1, S.EVENTS: 1}
+    finally:
+        for name in (S.CHUNKS, S.EVENTS):
+            del handles[name].optimize
+        await store.close()
