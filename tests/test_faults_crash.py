@@ -79,7 +79,7 @@ async def load_then_kill(http: aiohttp.ClientSession, url: str, upstream: Upstre
 
     await until(evicting)
     go.clear()
-    await until(embedded)
+    await until(embedded, timeout=120.0)  # the model loads at nice 19: on a busy machine, slowly
     go.set()
     await until(recalling)
     kill(proc)
