@@ -194,10 +194,15 @@ class Fitter(Accounting):
         """After a spike (a huge tool output that had to push everything out) the room comes
         back, but sticky evictions would keep the user's facts out for good. Take back
         evicted messages and tool results, most valuable first, while they fit under the
-        watermark. One prefix change after a spike, not churn: it needs RESTORE_ROOM free."""
+        watermark. One prefix change after a spike, not churn: it needs RESTORE_ROOM free.
+        What the policy evicts whatever the budget (`forced`: masked tool outputs) stays
+        out: taken back, `mask` in a roomy window masked each turn's newly old output and
+        restored the ones before it, a prefix change every turn and nothing masked."""
         new = {d.part.chunk.id for d in fit.new}
         parts = conv.parts
-        cands = [p.chunk for p in parts if p.chunk.id in fit.evicted and p.chunk.id not in new]
+        masked = {r.chunk.id for r in policy.forced([p.chunk for p in parts], ctx)}
+        cands = [p.chunk for p in parts if p.chunk.id in fit.evicted
+                 and p.chunk.id not in new and p.chunk.id not in masked]
         by_id = {p.chunk.id: p for p in parts}
         for r in reversed(policy.rank(cands, ctx)):
             if self._take_back(conv, fit, by_id[r.chunk.id], target):

@@ -135,6 +135,25 @@ def test_mask_stubs_old_tool_outputs_even_under_budget() -> None:
     assert fit.tokens == cost(out)
 
 
+def test_mask_turn_by_turn_in_a_roomy_window_restores_nothing_it_masked() -> None:
+    """Restore (room returned after a spike) took back what `mask` masks whatever the
+    budget: each turn masked the newly old output and restored the ones before it, a
+    prefix change every turn and nothing masked for long."""
+    from policies import get_policy
+
+    policy, fitter, sticky = get_policy("mask", keep=2), Fitter(COUNTER), set[str]()
+    analyzer = MessageAnalyzer(COUNTER)
+    for rounds in range(3, 8):  # the session grows a tool call and its output a turn
+        msgs = session(rounds)
+        conv = Chunker(analyzer, ClassificationSettings()).split(msgs)
+        fit = fitter.fit(conv, sticky, 100_000, 85_000, policy, PolicyContext(turn=conv.turn))
+        assert fit.restored == []
+        sticky |= {d.part.chunk.id for d in fit.new}
+        out = fitter.assemble(conv, msgs, fit.evicted)
+        masked = [m for m in out if m["role"] == "tool" and m["content"].startswith("[ctx")]
+        assert len(masked) == rounds - 2  # all but the newest two, every turn
+
+
 def test_an_oversized_current_tool_result_is_cut_head_and_tail() -> None:
     from proxy.cutting import CUT_MARKER
 
