@@ -2,8 +2,10 @@
 lexical search for it (store/relevance.py).
 
 A question asked mid-task is about what the conversation has seen (`asking`): its words
-count, with their related words (store/related.py). A turn that ends in tool results
-counts only their rare identifiers. A reply means what it answers: the agent's proposal.
+count, with their related words (store/related.py), less its asides ("Quick question
+before you go on:", "Just answer briefly and continue": `without_asides`). A turn that
+ends in tool results counts only their rare identifiers. A reply means what it answers:
+the agent's proposal.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, replace
 from proxy.chunking import Conversation
 from store.related import RelatedWords
 from store.relevance import Hit, RelevanceIndex
+from store.terms import terms
 
 Related = dict[str, tuple[str, float]]  # related word -> (the question's word, cosine)
 QUERY_CHARS = 2000
@@ -37,6 +40,12 @@ class Step:
     # that message's many words would index most of it on this request (110-180 ms of a
     # 1,000-message history against 12-15): they count among what is indexed already
     reply: bool = False
+
+    @property
+    def query(self) -> str:
+        """The words the lexical search and the related words take: a question's without
+        its asides."""
+        return without_asides(self.words) if self.asks else self.words
 
     @property
     def text(self) -> str:
@@ -84,6 +93,23 @@ def asking(text: str) -> bool:
     return bool(_ASKING.search(text))
 
 
+# Words that talk about the conversation, not its content: a sentence of only these (and
+# stop words) is an aside. Its rare-in-the-session words ("briefly", "task") outscored
+# the question's own in BM25 and recalled passages that happen to say them.
+ASIDES = frozenset(terms("quick question brief answer continue carry proceed ahead go "
+                         "going hold task help assist moment wait now also first real "
+                         "short respond"))
+_SENTENCE_END = re.compile(r"(?<=[.!?:;])\s+|\n")  # not the dot of "4.1" or "a.py"
+
+
+def without_asides(text: str) -> str:
+    """`text` less its sentences about the conversation itself ("Hold on.", "Quick
+    question before you go on:", "Then carry on with the task."); all of it when
+    nothing else is left."""
+    kept = [s for s in _SENTENCE_END.split(text) if not set(terms(s)) <= ASIDES]
+    return " ".join(kept) if kept else text
+
+
 _WORDS = re.compile(r"[A-Za-z]+")
 RELATED_WORDS = 48  # a question's last distinct words that bring their related words
 
@@ -95,7 +121,7 @@ def related_of(step: Step, table: RelatedWords | None, min_similarity: float
     asker's words, not the source's; other steps keep their own words."""
     if table is None or not step.asks or min_similarity >= 1.0:
         return {}
-    words = list(dict.fromkeys(w.lower() for w in reversed(_WORDS.findall(step.words))))
+    words = list(dict.fromkeys(w.lower() for w in reversed(_WORDS.findall(step.query))))
     return table.expand(words[:RELATED_WORDS], min_similarity)
 
 
@@ -105,10 +131,10 @@ def search(index: RelevanceIndex, step: Step, related: Related | None = None) ->
     tool output's rare identifiers (each such match is clear: strength 1)."""
     hits: list[Hit] = []
     if step.words:
-        own = index.query_terms(step.words, settle=not step.reply)
+        own = index.query_terms(step.query, settle=not step.reply)
         extra = index.related_terms(related, own) if related else {}
         if own:  # a question's adjacent words also count as a phrase ("Hotel Alfama")
-            pairs = index.phrases(step.words) if step.asks else None
+            pairs = index.phrases(step.query) if step.asks else None
             hits = index.search({**own, **extra}, step.source, ideal=index.ideal(own),
                                 phrases=pairs)
     if step.ids_from:

@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient
 
 from proxy.app import init_app
 from proxy.config import Settings
-from proxy.step import Step, related_of, search
+from proxy.step import Step, related_of, search, without_asides
 from store.base import MemoryStore
 from store.embed import PACKAGED_MODEL, resolve_model
 from store.related import FLOOR, RelatedWords, build, related_words
@@ -70,6 +70,31 @@ def test_a_question_finds_the_passage_in_other_words_and_a_step_that_asks_nothin
     task = Step(index.text("task"), "", frozenset({"task"}), asks=False)
     assert related_of(task, related_words(), 0.35) == {}
     assert related_of(question, related_words(), 1.0) == {}  # turned off
+
+
+def test_a_questions_asides_do_not_choose_what_it_finds() -> None:
+    """ "Just answer briefly and continue" is about the conversation: its words are rare in
+    the session, so in BM25 they outscored the question's own and found the passage that
+    happens to say "brief", "task" and "continue"."""
+    q = ("Quick question before you go on: How many people took part in that survey? "
+         "Just answer briefly and continue.")
+    assert without_asides(q) == "How many people took part in that survey?"
+    assert without_asides("Hold on. Which task did the scheduler skip? Then carry on with "
+                          "the task.") == "Which task did the scheduler skip?"
+    assert without_asides("Quick one: how far can exposure go under clause 4.1?") == (
+        "how far can exposure go under clause 4.1?")  # "one:" ends it; "4.1" does not
+    assert without_asides("Hold on.") == "Hold on."  # nothing else: all of it
+    index = index_of({
+        "fact": "The survey was fielded online among 6,098 adults in fourteen countries.",
+        "aside": "A brief survey of earlier work: the task force will continue its review.",
+        "other": "Prices for heat pumps fell in most regions during the winter.",
+        "q": q})
+    question = Step(q, "", frozenset({"q"}), asks=True)
+    found = [h.chunk_id for h in search(index, question, related_of(
+        question, related_words(), 0.35))]
+    assert found[0] == "fact"
+    # the whole message's words would have put the aside's passage first
+    assert index.search(index.query_terms(q), {"q"})[0].chunk_id == "aside"
 
 
 def test_on_a_history_sent_whole_related_words_index_nothing_more() -> None:
