@@ -215,6 +215,12 @@ class MessageAnalyzer:
     def cached(self, fp: str) -> MsgInfo | None:
         return self._cache.get(fp)
 
+    def update(self, info: MsgInfo) -> None:
+        """`info` in place of the cached one with its fingerprint (its count replacing an
+        estimate: proxy/recount.py); not cached any more: nothing."""
+        if info.fp in self._cache:
+            self._cache[info.fp] = info
+
     def put(self, fp: str, text: str, facts: Facts) -> MsgInfo:
         """Keep what `measure` found for the message with this fingerprint and text."""
         info = MsgInfo(fp, facts[0], facts[1], text, *facts[2:])

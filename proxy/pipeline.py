@@ -24,6 +24,7 @@ from proxy.prepared import Prepared
 from proxy.recall import ChunkMeta, place
 from proxy.recalling import across_sessions, carried, within_session
 from proxy.records import fingerprints, prefix_ratio, record
+from proxy.recount import Recounter
 from proxy.relate import Relater
 from proxy.replica import Replica
 from proxy.runtime import RouteRuntime, resolve_window, too_long
@@ -48,6 +49,7 @@ class Pipeline:
                          for i, r in enumerate(settings.routes)}
         self.turns = TurnLog(store)  # per-turn summaries for the inspector, off the hot path
         self.cold = ColdPool(settings.server.cold_workers)  # whole histories on two cores
+        self.recount = Recounter()  # ... their estimated messages counted afterwards
         # Vectors refine relevance where the store's embedder has them (a LanceStore's).
         self.relater = Relater(getattr(store, "embedder", None))
         # ... and its child process stops while a cold history is prepared (proxy/hush.py)
@@ -55,6 +57,7 @@ class Pipeline:
 
     async def close(self) -> None:
         self.cold.close()
+        await self.recount.close()
         await self.relater.close()
         if self.replica is not None:
             await self.replica.close()
@@ -96,6 +99,7 @@ class Pipeline:
                 prepared = await self._prepare(rt, body, tenant, sid, state, known, asked)
                 if not defer:
                     await prepared.commit()
+            self.recount.later(state, rt.analyzer)
             self.sessions.account(tenant, sid, state)
             return prepared
 

@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 from proxy import analysis, fitting, stubs
 from proxy.analysis import fingerprint
 from proxy.keys import PIPELINE
+from proxy.recount import Recounter
 from proxy.tokens import REPLY_PRIMING, TokenCounter, encoding_for
 from store.base import MemoryStore
 from tests.support.app import CHAT, STUB, make, settings_for
@@ -40,7 +41,9 @@ def counted_here(messages: list[dict[str, Any]]) -> int:
 
 
 async def test_a_cold_history_is_estimated_and_what_is_sent_is_counted(
-        aiohttp_client: Any, upstream: Any) -> None:
+        aiohttp_client: Any, upstream: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # what the request estimated, before the background counts it (proxy/recount.py)
+    monkeypatch.setattr(Recounter, "later", lambda *_: None)
     pipeline, resp, line = await send_cold(aiohttp_client, upstream)
     sent = upstream.history[-1].body["messages"]
     # what reached the upstream costs, counted here, what the proxy said it sends
@@ -117,6 +120,34 @@ async def test_the_next_turn_after_a_cold_history_keeps_its_prefix_byte_for_byte
     assert any("offloaded as chunk" in str(m.get("content")) for m in sent[0])
     assert sent[1][:len(sent[0])] == sent[0]
     assert sent[2] == sent[1]
+
+
+async def test_after_a_cold_history_its_messages_are_counted_for_the_next_turns(
+        aiohttp_client: Any, upstream: Any) -> None:
+    """The cold request's `tokens_in` is an estimate; its session's messages are then
+    counted in the background, so the next turn reports what a process that saw every
+    turn would (the header, the log, the tokens-saved metric)."""
+    from tests.support.messages import assistant, user
+
+    client = await make(aiohttp_client, settings_for(upstream), MemoryStore())
+    pipeline = client.app[PIPELINE]
+    pipeline.cold.min_bytes = 0
+    first = cold_history()
+    nxt = [*first, assistant("It failed on a missing module."), user("Which one?")]
+    resp = await client.post(CHAT, json={"model": "test-1", "messages": first},
+                             headers={"X-Session-ID": "cold"})
+    assert resp.status == 200, await resp.text()
+    estimate = int(resp.headers["X-Ctxwarden-Tokens-In"])
+    assert estimate != counted_here(first)
+    await pipeline.recount.settled()
+    analyzer = pipeline.runtimes["test"].analyzer
+    assert pipeline.recount.counted > len(first) // 2
+    assert all(getattr(analyzer.cached(fingerprint(m)), "exact", False) for m in first)
+    pipeline.cold.min_bytes = 10**9  # the next turn's two new messages are not a cold history
+    resp = await client.post(CHAT, json={"model": "test-1", "messages": nxt},
+                             headers={"X-Session-ID": "cold"})
+    assert resp.status == 200, await resp.text()
+    assert int(resp.headers["X-Ctxwarden-Tokens-In"]) == counted_here(nxt)
 
 
 async def test_a_restart_renders_the_stubs_of_a_session_grown_turn_by_turn_the_same(
