@@ -13,9 +13,11 @@ histories back to back through `ctxwarden serve`, two runs each: median 154 / 11
 What keeps that safe:
 - only cold histories are held (the `ColdPool`'s `min_bytes` of unseen content), not the
   ordinary turn, where holding it measured no gain;
-- a hold ends after `max_hold_s` whatever the request is doing, and after a hold the
-  child runs at least a quarter as long as it was held before the next one, so a stream
-  of cold histories leaves it a fifth of the time at least and never stops it (with
+- a hold ends after `max_hold_s` whatever the request is doing (its timer runs on the
+  event loop: a request that holds the loop longer extends it, 1.27 s in a soak on a
+  saturated CPU), and after a hold the child runs at least a quarter as long as it was
+  held before the next one, so a stream of cold histories leaves it a fifth of the
+  time at least and never stops it (with
   "as long", cold histories back to back were held every other one: through the
   agent-loop bench's order, 133-175 ms against 122-137 with a quarter);
 - an urgent job (a query's vector that a request waits on) resumes the child at once;
