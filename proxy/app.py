@@ -14,9 +14,10 @@ from proxy.config import ConfigError, Settings
 from proxy.errors import MethodNotAllowed, ProxyError, RouteNotFound
 from proxy.health import StoreHealth
 from proxy.keys import HEALTH, PIPELINE, REQUEST_ID, SETTINGS, STORE, UPSTREAM
-from proxy.metrics import Metrics, TimedStore, count_requests, setup_metrics
+from proxy.metrics import Metrics, count_requests, setup_metrics
 from proxy.pipeline import Pipeline
 from proxy.replica import Replica
+from proxy.timing import TimedStore
 from proxy.upstream import Upstream
 from store.base import MemoryStore, Store
 

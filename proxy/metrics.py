@@ -27,20 +27,15 @@
     ctxwarden_cold_worker_failures_total            times it died or hung (measured here then)
 
 Why per app, not prometheus-client's global registry: tests and benchmarks build many apps
-in one process, and each must count only its own traffic. Why the store and the upstream
-are timed by wrapping their methods on the instance rather than with a wrapper object:
-the pipeline holds the store it was built with, `/healthz` reports the store's type, and
-tests reach store-specific methods; an in-place wrap changes none of that and keeps the
-edge's hooks to one line (`observe`) plus one middleware.
+in one process, and each must count only its own traffic. The store's and the upstream's
+timings: proxy/timing.py. The edge's hooks are one line (`observe`) plus one middleware.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import (
@@ -54,6 +49,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 
 from proxy.keys import PIPELINE, STORE, UPSTREAM
+from proxy.timing import instrument_upstream
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -61,11 +57,8 @@ if TYPE_CHECKING:
     from proxy.pipeline import Pipeline
     from proxy.prepared import Prepared
 
-STORE_OPS = ("record", "offload", "log", "recall", "evicted_ids", "events", "sessions", "fetch",
-             "log_turns", "turns")
 FAST = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1.0, 2.5, 5.0)
 SLOW = (.005, .01, .025, .05, .1, .25, .5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-_INNER = "__ctxwarden_inner__"
 BILLED = (  # a reply's usage field (proxy/usage.py), its counter, the counter's help
     ("usage_prompt", "ctxwarden_upstream_prompt_tokens",
      "Prompt tokens the provider reported (its usage)"),
@@ -158,55 +151,6 @@ async def count_requests(request: web.Request,
     finally:
         request.app[METRICS].requests.labels(_path(request), request.get(ROUTE, ""),
                                              str(status)).inc()
-
-
-def _timed(fn: Callable[..., Awaitable[Any]], observe: Callable[[tuple[Any, ...], float], None],
-           ) -> Callable[..., Awaitable[Any]]:
-    inner = getattr(fn, _INNER, fn)  # re-instrumenting (a second app) replaces, never nests
-
-    @functools.wraps(inner)
-    async def timed(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return await inner(*args, **kwargs)
-        finally:
-            observe(args, time.perf_counter() - started)
-
-    setattr(timed, _INNER, inner)
-    return timed
-
-
-class TimedStore:
-    """The store as the request path uses it: every store operation timed into
-    `ctxwarden_store_seconds{op}`. A wrapper, not a patch: the store object itself is
-    left as it is (the app, its tests and the admin side hold it)."""
-
-    def __init__(self, store: Any, hist: Any) -> None:
-        self.inner = store
-        self._hist = hist
-        self._wrapped: dict[str, Callable[..., Awaitable[Any]]] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if name not in STORE_OPS or not callable(attr):
-            return attr
-        fn = self._wrapped.get(name)
-        if fn is None:
-            fn = self._wrapped[name] = _timed(attr, _observer(self._hist.labels(name)))
-        return fn
-
-
-def _observer(hist: Any) -> Callable[[tuple[Any, ...], float], None]:
-    def seen(_args: tuple[Any, ...], seconds: float) -> None:
-        hist.observe(seconds)
-    return seen
-
-
-def instrument_upstream(upstream: Any, m: Metrics) -> None:
-    for op, stream in (("complete", "false"), ("open_stream", "true")):
-        def seen(args: tuple[Any, ...], s: float, stream: str = stream) -> None:
-            m.upstream_seconds.labels(args[0].name, stream).observe(s)
-        setattr(upstream, op, _timed(getattr(upstream, op), seen))
 
 
 class PipelineCollector:
