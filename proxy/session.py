@@ -12,10 +12,12 @@ Which session a request belongs to, first rule that applies (README: "Sessions")
    first reply (its text, and its tool calls with their random ids) is the conversation's
    anchor: the first conversation seen with a reply claims the opening's session, and one
    that opened the same way but got another reply gets a session of its own,
-   `<opening>-<hash of its reply>` (`Sessions.resolve`). On a store shared by replicas the
-   claim is in the session's head, seen by every replica and kept across restarts
-   (proxy/replica.py); on a local store it lives in this process, and after a restart the
-   first conversation back claims the opening (docs/design-notes.md).
+   `<opening>-<hash of its reply>` (`Sessions.resolve`). A client that trims its history
+   no longer sends its first reply: its latest replies, seen with the opening before,
+   find its session (in this process). On a store shared by replicas the claim is in the
+   session's head, seen by every replica and kept across restarts (proxy/replica.py); on
+   a local store it lives in this process, and after a restart the first conversation
+   back claims the opening (docs/design-notes.md).
 
 A session's state (the evicted set, recall references, the lexical index of its chunks)
 is kept in a bounded LRU here — at most `server.max_sessions` states and about
@@ -50,6 +52,9 @@ METADATA_KEYS = ("session_id", "conversation_id", "thread_id")
 class SessionKey:
     id: str
     anchor: str | None = None  # derived sessions: a hash of the model's first reply
+    # derived sessions: hashes of the request's latest replies, so a conversation whose
+    # client trimmed its opening reply away is still found (`Sessions.resolve`)
+    recent: tuple[str, ...] = ()
 
 
 def session_key(header: str | None, tenant: str, body: dict[str, Any]) -> SessionKey:
@@ -72,11 +77,32 @@ def session_key(header: str | None, tenant: str, body: dict[str, Any]) -> Sessio
     user = body.get("user")
     opening = _digest(tenant, user if isinstance(user, str) else "",
                       next((text_of(m) for m in messages if m.get("role") == "user"), ""))
-    reply = next((m for m in messages if m.get("role") == "assistant"), None)
-    if reply is None:
+    replies = [m for m in messages if m.get("role") == "assistant"]
+    if not replies:
         return SessionKey(opening)
+    recent: list[str] = []  # the latest distinct replies after the first, newest first
+    for m in reversed(replies[1:]):
+        if _distinct(m):
+            recent.append(_reply_digest(m))
+            if len(recent) == RECENT_REPLIES:
+                break
+    return SessionKey(opening, _reply_digest(replies[0]), tuple(recent))
+
+
+RECENT_REPLIES = 4  # a request's latest replies that say which conversation it continues
+DISTINCT_CHARS = 64  # a text reply this long is its conversation's own ("OK." is anyone's)
+KNOWN_REPLIES = 4096  # replies an opening's state remembers the session of, at most
+
+
+def _distinct(reply: dict[str, Any]) -> bool:
+    """A reply no other conversation is likely to hold: tool calls (their ids are
+    random) or a text of some length."""
+    return bool(reply.get("tool_calls")) or len(text_of(reply)) >= DISTINCT_CHARS
+
+
+def _reply_digest(reply: dict[str, Any]) -> str:
     ids = [str(c.get("id", "")) for c in reply.get("tool_calls") or () if isinstance(c, dict)]
-    return SessionKey(opening, _digest(text_of(reply), *ids)[2:10])
+    return _digest(text_of(reply), *ids)[2:10]
 
 
 def _digest(*pieces: str) -> str:
@@ -108,6 +134,8 @@ class SessionState:
     vectors: Vectors | None = None  # the index's passages that have embeddings already
     blocks: list[Block] = field(default_factory=list)  # recall blocks on their messages
     anchor: str | None = None  # the reply that claimed a derived session (`resolve`)
+    # an opening's state: the session each recent reply seen with this opening went to
+    replies: OrderedDict[str, str] = field(default_factory=OrderedDict)
     # shared stores (proxy/replica.py): the session head this state reflects, and the
     # decisions as last published or read from it
     version: int = 0
@@ -169,15 +197,32 @@ class Sessions:
         """The session id and state for `key`: a derived session's opening is claimed by
         the first reply seen with it; another reply forks `<opening>-<anchor>`."""
         state = self.get(tenant, key.id)
-        if key.anchor is None or state.anchor == key.anchor:
+        if key.anchor is None:
             return key.id, state
-        if state.anchor is None:
+        opening = state
+        # A client that trims its own history (a sliding window, a condenser keeping the
+        # first user message) no longer sends the first reply: its latest replies, seen
+        # with this opening before, say which conversation it continues.
+        known = next((opening.replies[d] for d in key.recent if d in opening.replies), None)
+        if state.anchor == key.anchor:
+            sid = key.id
+        elif known is not None:
+            sid = known
+            if sid != key.id:
+                state = self.get(tenant, sid)
+        elif state.anchor is None:
             state.anchor = key.anchor
-            return key.id, state
-        fork = f"{key.id}-{key.anchor}"
-        state = self.get(tenant, fork)
-        state.anchor = key.anchor
-        return fork, state
+            sid = key.id
+        else:
+            sid = f"{key.id}-{key.anchor}"
+            state = self.get(tenant, sid)
+            state.anchor = state.anchor or key.anchor
+        for d in key.recent:
+            opening.replies[d] = sid
+            opening.replies.move_to_end(d)
+        while len(opening.replies) > KNOWN_REPLIES:
+            opening.replies.popitem(last=False)
+        return sid, state
 
     def __len__(self) -> int:
         return len(self._states)

@@ -211,3 +211,29 @@ async def test_a_session_dropped_for_memory_reloads_its_evictions_from_the_store
     metrics = await (await client.get("/metrics")).text()
     loads = 'ctxwarden_store_seconds_count{op="evicted_ids"} 3.0'  # a, b, and a again
     assert loads in metrics
+
+
+def trimmed(msgs: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
+    """System prompt and first user message, then the last `keep` messages, never opening
+    on a tool result: what a client trimming its own history sends."""
+    rest = msgs[2:][-keep:]
+    while rest and rest[0].get("role") == "tool":
+        rest = rest[1:]
+    return msgs[:2] + rest
+
+
+async def test_a_client_trimming_its_history_stays_in_its_session(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """A sliding window drops the model's first reply: the conversation's latest replies,
+    seen with its opening before, keep it in its session; another conversation with the
+    same opening, trimmed the same way, keeps its own."""
+    client = await make(aiohttp_client, settings_for(upstream))
+    a, b = long_session(12), renamed(long_session(12), "-b")
+    seen: dict[str, set[str]] = {"a": set(), "b": set()}
+    for n in range(6, len(a) + 1, 4):
+        for name, msgs in (("a", a), ("b", b)):
+            resp = await client.post(CHAT, json=body(trimmed(msgs[:n], 16)))
+            assert resp.status == 200
+            seen[name].add(resp.headers["X-Ctxwarden-Session"])
+    assert len(seen["a"]) == 1 and len(seen["b"]) == 1
+    assert seen["a"] != seen["b"]
