@@ -180,6 +180,26 @@ def test_an_oversized_current_tool_result_is_cut_head_and_tail() -> None:
     assert fit2.cuts == fit.cuts
 
 
+def test_the_results_of_parallel_calls_share_the_cut_evenly() -> None:
+    """Four files read in parallel, each too big for the window: each keeps about a
+    quarter of the room, not three of them a marker and the fourth all the rest; a small
+    result of the same turn stays whole."""
+    calls = [call(f"c{i}", "read_file", json.dumps({"path": f"f{i}.py"})) for i in range(5)]
+    results = [tool(f"c{i}", filler(3000, f"f{i}")) for i in range(4)]
+    msgs = [{"role": "system", "content": "sys"}, user("the goal"), assistant(None, *calls),
+            *reversed(results), tool("c4", "exit 0, 12 files changed")]
+    conv = Chunker(MessageAnalyzer(COUNTER), ClassificationSettings()).split(msgs)
+    fitter = Fitter(COUNTER)
+    fit = fitter.fit(conv, set(), 2_000, 1_700, Oldest(), PolicyContext(turn=conv.turn))
+    fitter.cut(conv, fit, 2_000)
+    out = fitter.assemble(conv, msgs, fit.evicted, fit.cuts)
+    validate_messages(out)
+    assert fit.tokens == cost(out) <= 2_000
+    assert out[-1]["content"] == "exit 0, 12 files changed"
+    kept = [COUNTER.text(m["content"]) for m in out[3:7]]
+    assert min(kept) > 300 and max(kept) - min(kept) < 40, kept
+
+
 def rwoe_run(messages: list[dict[str, Any]], budget: int, sticky: set[str] | None = None,
              ) -> tuple[Conversation, Fit, list[dict[str, Any]]]:
     from policies import get_policy
