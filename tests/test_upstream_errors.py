@@ -227,3 +227,23 @@ def test_googles_body_gives_the_true_status_and_the_retry_delay() -> None:
     assert type(err) is AuthenticationFailed  # only LiteLLM's catch-all 500 is corrected
     err = map_upstream_error(status=500, body=b'{"error": {"code": 503, "message": "x"}}')
     assert (type(err), err.status) == (UpstreamError, 502)  # not Google's shape: as sent
+
+
+@BOTH
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_rate_limit_keeps_the_headers_that_say_when_to_retry(
+        up: Upstream, upstream: UpstreamServer, transport: str, stream: bool) -> None:
+    """OpenAI answers a 429 with its rate-limit state and retry hints, not always a
+    Retry-After: a client backing off reads them, as it does on a successful reply."""
+    sent = {"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "6.5s",
+            "retry-after-ms": "6500", "x-should-retry": "true"}
+    upstream.enqueue_error(429, headers=sent)
+    r = route(upstream.url, transport)
+    with pytest.raises(ProxyError) as exc:
+        if stream:
+            await up.open_stream(r, body(stream=True))
+        else:
+            await up.complete(r, body())
+    assert exc.value.status == 429
+    got = {k.lower(): v for k, v in exc.value.headers.items()}
+    assert {k: got.get(k) for k in sent} == sent

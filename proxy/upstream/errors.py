@@ -57,6 +57,7 @@ from proxy.upstream.error_body import (
     status_of,
     unsupported_params,
 )
+from proxy.upstream.headers import to_client
 
 # Providers word it differently; LiteLLM's own detection looks for much the same phrases.
 _CONTEXT = re.compile(r"context.length|context.window|maximum context|too many tokens|"
@@ -164,23 +165,33 @@ def _by_status(status: int, err: ErrorBody, headers: Mapping[str, str], context:
     if status == 413:
         return PayloadTooLarge(message)
     if status == 429:
-        return RateLimited(message, code=code, headers=_retry_after(headers, err))
+        return RateLimited(message, code=code, headers=_retry_headers(headers, err))
     if status == 529 or err.kind == "overloaded_error":
         return UpstreamUnavailable(f"The upstream is overloaded: {message}",
                                    code="upstream_overloaded",
-                                   headers=_retry_after(headers, err))
+                                   headers=_retry_headers(headers, err))
     if status == 503:
         return UpstreamUnavailable(f"The upstream answered HTTP 503: {message}",
-                                   headers=_retry_after(headers, err))
+                                   headers=_retry_headers(headers, err))
     if 400 <= status < 500:
         return InvalidRequest(message, code=code, param=param)
     return UpstreamError(f"The upstream answered HTTP {status}: {message}")
 
 
-def _retry_after(headers: Mapping[str, str], err: ErrorBody) -> dict[str, str] | None:
-    """The provider's `Retry-After` header, else the delay its body gave (Google's)."""
+def _retry_headers(headers: Mapping[str, str], err: ErrorBody) -> dict[str, str] | None:
+    """The provider's `Retry-After` header, else the delay its body gave (Google's); with
+    what else of its headers tells a client when to retry: `retry-after-ms` and
+    `x-should-retry` (the openai SDK reads both), its rate-limit state (`x-ratelimit-*`,
+    as on a successful reply) and its request id."""
+    out = to_client(headers)
+    for name in ("retry-after-ms", "x-should-retry"):
+        value = _header(headers, name)
+        if value is not None:
+            out[name] = value
     retry = _header(headers, "Retry-After") or err.retry_after
-    return {"Retry-After": retry} if retry else None
+    if retry:
+        out["Retry-After"] = retry
+    return out or None
 
 
 def _is_timeout(exc: BaseException) -> bool:
