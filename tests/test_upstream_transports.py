@@ -19,6 +19,7 @@ PASS_THROUGH: dict[str, Any] = {
     "tools": TOOLS, "tool_choice": "auto", "response_format": {"type": "text"}, "n": 1,
     "seed": 7, "stop": ["\nEND"], "user": "u-42", "logprobs": False, "temperature": 0.2,
     "x_vendor_field": {"nested": [1, 2, {"deep": None}]},
+    "metadata": {"session_id": "s-1", "team": "search"},  # LiteLLM keeps its own otherwise
 }
 
 

@@ -43,6 +43,7 @@ _CONTROL = (frozenset(all_litellm_params) | {
     "custom_llm_provider", "headers", "client", "model", "messages", "stream",
     "drop_params", "additional_drop_params", "allowed_openai_params",  # the route's call
 }) - {"metadata"}
+OPENAI_METADATA = frozenset({"openai", "azure"})  # providers whose API takes `metadata`
 _DONE = b"data: [DONE]\n\n"
 log = structlog.get_logger("ctxwarden")
 _WARM_TOOL = {"type": "function", "function": {
@@ -96,6 +97,13 @@ def _kwargs(target: Target, body: dict[str, Any], stream: bool) -> dict[str, Any
         kw["mock_response"] = target.mock_response
     if target.drop_params:
         kw["drop_params"] = True
+    if "metadata" in kw:
+        # LiteLLM takes `metadata` as its own (logging) and never sends it on. OpenAI's
+        # wire has it (tags on a stored completion): it goes as a body field there; other
+        # providers' `metadata` means something else, so it stays with LiteLLM.
+        meta = kw.pop("metadata")
+        if target.provider in OPENAI_METADATA:
+            kw["extra_body"] = {**(kw.get("extra_body") or {}), "metadata": meta}
     if (target.default_max_tokens is not None and kw.get("max_tokens") is None
             and kw.get("max_completion_tokens") is None):
         # the output the proxy reserved, not LiteLLM's default of the model's maximum
