@@ -67,12 +67,15 @@ def session_key(header: str | None, tenant: str, body: dict[str, Any]) -> Sessio
     if isinstance(meta, dict):
         for key in METADATA_KEYS:
             named = meta.get(key)
-            if named is None:
+            if named is None or named == "":
                 continue
-            if not isinstance(named, str) or not _SESSION_ID.match(named):
-                raise InvalidRequest(f"Invalid metadata.{key}: {_ALLOWED}",
+            if not isinstance(named, str):  # OpenAI's metadata values are strings
+                raise InvalidRequest(f"Invalid metadata.{key}: a string is expected",
                                      code="invalid_session_id", param=f"metadata.{key}")
-            return SessionKey(named)
+            # OpenAI takes any string here ("thread 42", a path, an email): one outside the
+            # id characters names its session by its hash, never a refusal
+            return SessionKey(named if _SESSION_ID.match(named)
+                              else "m-" + _digest(named)[2:])
     messages: list[dict[str, Any]] = body["messages"]
     user = body.get("user")
     opening = _digest(tenant, user if isinstance(user, str) else "",

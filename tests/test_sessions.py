@@ -146,17 +146,28 @@ async def test_a_session_named_in_metadata_wins_and_is_forwarded(
     assert resp.headers["X-Ctxwarden-Session"] == "from-header"
 
 
-async def test_a_bad_session_name_in_metadata_is_refused(
+async def test_any_session_name_openai_takes_in_metadata_names_a_session(
         aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """OpenAI takes any string as a metadata value: one outside the id characters names
+    its session by a hash, the same one each time; only a value that is no string is
+    refused, as OpenAI refuses it."""
     client = await make(aiohttp_client, settings_for(upstream))
-    resp = await client.post(CHAT, json=body(long_session(1),
-                                             metadata={"session_id": "no spaces/slashes"}))
+    named = []
+    for value in ("thread 42/main", "thread 42/main", "x" * 300, "ok-id"):
+        resp = await client.post(CHAT, json=body(long_session(1),
+                                                 metadata={"session_id": value}))
+        assert resp.status == 200, await resp.text()
+        named.append(resp.headers["X-Ctxwarden-Session"])
+    assert named[0] == named[1] and named[0].startswith("m-") and len(named[0]) == 18
+    assert named[2].startswith("m-") and named[2] != named[0] and named[3] == "ok-id"
+    assert upstream.history[0].body["metadata"] == {"session_id": "thread 42/main"}
+    resp = await client.post(CHAT, json=body(long_session(1), metadata={"session_id": 42}))
     assert resp.status == 400
     assert await resp.json() == {"error": {
-        "message": "Invalid metadata.session_id: use 1-128 characters from A-Z a-z 0-9 . _ : -",
+        "message": "Invalid metadata.session_id: a string is expected",
         "type": "invalid_request_error", "param": "metadata.session_id",
         "code": "invalid_session_id"}}
-    assert upstream.history == []
+    assert len(upstream.history) == 4
 
 
 async def test_the_session_lru_keeps_to_its_memory_and_never_drops_a_busy_state() -> None:
