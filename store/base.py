@@ -60,7 +60,8 @@ class Event:
 class Turn:
     """One turn's summary (proxy/turnlog.py): what the turn's numbers were, not a decision.
     `data` is any JSON object (window, budget, tokens kept/evicted/recalled by class, the
-    recall's query, …); one row per (tenant, session, turn): the first one written stays."""
+    recall's query, …); one row per (tenant, session, turn): the latest one written stays
+    (a client that regenerates or edits its last turn sends that turn again)."""
 
     tenant: str
     session: str
@@ -126,7 +127,7 @@ class Store(Protocol):
         (`NO_MEDIA` for a text-only or unknown chunk); `Media.restore()` rebuilds it."""
 
     async def log_turns(self, turns: Sequence[Turn]) -> None:
-        """Turn summaries (their own table); idempotent per (tenant, session, turn)."""
+        """Turn summaries (their own table); one per (tenant, session, turn), the latest."""
 
     async def turns(self, tenant: str, session: str) -> list[Turn]:
         """The session's turn summaries, by turn."""
@@ -231,7 +232,7 @@ class MemoryStore:
 
     async def log_turns(self, turns: Sequence[Turn]) -> None:
         for t in turns:
-            self._turns.setdefault((t.tenant, t.session, t.turn), t)
+            self._turns[(t.tenant, t.session, t.turn)] = t
 
     async def turns(self, tenant: str, session: str) -> list[Turn]:
         return sorted((t for (ten, ses, _), t in self._turns.items()

@@ -46,9 +46,9 @@ class GroupCommit:
             batch = queue[:]
             del queue[:]
             by_id: dict[Any, dict[str, Any]] = {}
-            for rows, _, _ in batch:  # same id, same content: the first copy is enough
-                for r in rows:
-                    by_id.setdefault(r["id"], r)
+            for rows, _, _ in batch:  # same id: the latest copy (a turn's summary may
+                for r in rows:  # be written again; anything else repeats its content)
+                    by_id[r["id"]] = r
             schema = batch[-1][1]
             try:
                 await self._commit(name, list(by_id.values()), schema)

@@ -185,7 +185,9 @@ class Journal:
             for table, part in rec.rows.items():
                 by_id, scopes = self.rows[table], self._scopes[table]
                 for r in part:
-                    by_id.pop(r["id"], None)
+                    if by_id.get(r["id"]) is not r:
+                        continue  # a later record's row of that id (a turn's summary again)
+                    del by_id[r["id"]]
                     scope = scopes.get(r["scope"])
                     if scope is not None:
                         scope.pop(r["id"], None)

@@ -149,7 +149,7 @@ class LanceStore:
 
     async def log_turns(self, turns: Sequence[Turn]) -> None:
         """Turn summaries into their own table, durable when it returns (the log, like
-        `record`); the first summary of a (tenant, session, turn) stays."""
+        `record`); the latest summary of a (tenant, session, turn) stays."""
         if turns:
             await self._write({S.TURNS: S.turn_rows(turns)}, "log turn summaries")
 

@@ -144,9 +144,9 @@ class Reader:
         scope = S.scope_key(tenant, session)
         logged = self._journal.scope_rows(S.TURNS, scope)
         rows = logged
-        if S.TURNS in self._t.handles:
-            rows = _union(await self.rows(S.TURNS, S.eq("scope", scope), None, "read turns"),
-                          logged)
+        if S.TURNS in self._t.handles:  # a turn summarised again: the log's is the later
+            stored = await self.rows(S.TURNS, S.eq("scope", scope), None, "read turns")
+            rows = list({r["id"]: r for r in [*stored, *logged]}.values())
         return [S.row_turn(r) for r in sorted(rows, key=lambda r: (r["turn"], r["time"]))]
 
     async def rows(self, name: str, where: str | None, columns: list[str] | None,

@@ -197,14 +197,15 @@ def passage_rows(chunks: Iterable[dict[str, Any]], max_tokens: int) -> list[dict
 
 
 def turn_rows(turns: Sequence[Turn]) -> list[dict[str, Any]]:
-    """Turn id = (tenant, session, turn): the first summary of a turn stays."""
+    """Turn id = (tenant, session, turn): the latest summary of a turn stays (a client
+    that regenerates or edits its last turn sends that turn again)."""
     rows: dict[str, dict[str, Any]] = {}
     for t in turns:
         key = hkey("turn", t.tenant, t.session, str(t.turn))
-        rows.setdefault(key, {
+        rows[key] = {
             "id": key, **_owner(t.tenant, t.session), "turn": t.turn, "policy": t.policy,
             "data": orjson.dumps(t.data).decode(), "time": t.time,
-        })
+        }
     return list(rows.values())
 
 

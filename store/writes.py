@@ -40,8 +40,12 @@ class Writer:
     async def _commit(self, name: str, rows: list[dict[str, Any]], sch: pa.Schema) -> None:
         tbl = self._t.handles[name]
         data = S.arrow(name, rows, sch)
-        await retrying(lambda: tbl.merge_insert("id").when_not_matched_insert_all()
-                       .execute(data), name)
+        if name == S.TURNS:  # the latest summary of a turn replaces the one before
+            await retrying(lambda: tbl.merge_insert("id").when_matched_update_all()
+                           .when_not_matched_insert_all().execute(data), name)
+        else:  # everything else is written once: a repeat (a replay) changes nothing
+            await retrying(lambda: tbl.merge_insert("id").when_not_matched_insert_all()
+                           .execute(data), name)
         self._commits[name] = self._commits.get(name, 0) + 1
 
     async def embed(self, chunks: list[Row], embedder: Embedder, passage_tokens: int) -> None:

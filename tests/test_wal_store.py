@@ -188,6 +188,26 @@ def summary(turn: int, session: str = "s1", **data: Any) -> Turn:
     return Turn("acme", session, turn, "rwoe", {"budget": 3600, "kept": {"TOOL": turn}, **data})
 
 
+async def test_a_turn_summarised_again_shows_the_latest_from_the_log_and_from_lancedb(
+        tmp_path: Path) -> None:
+    """A client that edits or regenerates its last turn sends that turn again: its row
+    shows what was sent last, whether the first row is already in LanceDB, the second
+    still in the log, or both replayed (a merge that updates)."""
+    store = LanceStore(tmp_path / "db", FakeEmbedder())
+    await store.log_turns([summary(1, query="first try"), summary(2)])
+    await store.flush()  # in LanceDB
+    await store.log_turns([summary(1, query="edited")])
+    assert [t.data.get("query") for t in await store.turns("acme", "s1")] == ["edited", None]
+    await store.flush()
+    assert [t.data.get("query") for t in await store.turns("acme", "s1")] == ["edited", None]
+    assert (await store.stats())["turns"] == 2
+    await store.log_turns([summary(1, query="third"), summary(1, query="fourth")])
+    await store.close()
+    again = LanceStore(tmp_path / "db", FakeEmbedder())
+    assert [t.data.get("query") for t in await again.turns("acme", "s1")] == ["fourth", None]
+    await again.close()
+
+
 @pytest.mark.parametrize("kind", ["memory", "lance"])
 async def test_turn_summaries_have_their_own_table(tmp_path: Path, kind: str) -> None:
     def open_store() -> Store:
@@ -198,7 +218,7 @@ async def test_turn_summaries_have_their_own_table(tmp_path: Path, kind: str) ->
                            summary(1, query="a retry of turn 1"), summary(1, session="s2")])
     await first.log_turns([])
     turns = await first.turns("acme", "s1")
-    assert [(t.turn, t.data.get("query")) for t in turns] == [(1, "where is the key?"),
+    assert [(t.turn, t.data.get("query")) for t in turns] == [(1, "a retry of turn 1"),
                                                               (2, None)]
     assert turns[0].data["kept"] == {"TOOL": 1} and turns[0].policy == "rwoe"
     assert await first.events("acme", "s1") == []  # summaries are not decisions
