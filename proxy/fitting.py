@@ -174,19 +174,28 @@ class Fitter(Accounting):
                             total = self._evict(conv, parts[j], r, policy, fit, total)
                     total = self._evict(conv, head, r, policy, fit, total)
         fit.tokens = total
+        room = budget - target + RESTORE_ROOM * budget  # free below the watermark, and more
         if fit.new and total > target:
             self._give_back(conv, fit, budget)
-        elif budget - total >= budget - target + RESTORE_ROOM * budget:
-            self._restore(conv, fit, target, policy, ctx)
+        elif budget - total >= room:
+            if fit.new:  # one large chunk freed far more than was needed: this turn's
+                # evictions first (no prefix change), never what the policy forces
+                self._give_back(conv, fit, target, {r.chunk.id for r in forced})
+            if budget - fit.tokens >= room:
+                self._restore(conv, fit, target, policy, ctx)
         return fit
 
-    def _give_back(self, conv: Conversation, fit: Fit, budget: int) -> None:
-        """The watermark was out of reach (what must stay is too big): evicting down
-        toward it took everything evictable, the user's own words included, for nothing.
-        Give this turn's evictions back, most valuable first, while the request fits the
-        budget: evict only what fitting needs."""
+    def _give_back(self, conv: Conversation, fit: Fit, limit: int,
+                   keep: frozenset[str] | set[str] = frozenset()) -> None:
+        """Give this turn's evictions back, most valuable first, while the request stays
+        within `limit`. The budget, when the watermark was out of reach (what must stay
+        is too big: evicting down toward it took everything evictable, the user's own
+        words included, for nothing): evict only what fitting needs. The watermark, when
+        the ranking overshot it by more than RESTORE_ROOM (a large result evicted after
+        small ones: a question turn after a big tool turn sent 976 tokens of a 3,760
+        budget): send what fits. `keep`: evictions that stay (the policy's forced)."""
         for d in reversed(list(fit.new)):
-            if self._take_back(conv, fit, d.part, budget):
+            if d.part.chunk.id not in keep and self._take_back(conv, fit, d.part, limit):
                 fit.new.remove(d)
 
     def _restore(self, conv: Conversation, fit: Fit, target: int, policy: Policy,

@@ -200,6 +200,21 @@ def test_the_results_of_parallel_calls_share_the_cut_evenly() -> None:
     assert min(kept) > 300 and max(kept) - min(kept) < 40, kept
 
 
+def test_a_fit_that_overshoots_the_watermark_gives_back_what_fits() -> None:
+    """The ranking evicts a small message, then a large one that frees far more than was
+    still needed: the small one comes back (this turn's evictions, most valuable first,
+    while under the watermark), so the request holds what fits, not a tenth of it."""
+    msgs = [{"role": "system", "content": "sys"}, user("the goal"),
+            assistant(filler(200, "plan")), user(filler(3000, "pasted log")),
+            assistant("Read it."), user("What failed?")]
+    conv, fit, out = run(msgs, budget=3000)
+    target = int(3000 * 0.85)
+    assert [d.part.chunk.index for d in fit.new] == [3]  # the paste only
+    assert out == [m for i, m in enumerate(msgs) if i != 3]
+    assert fit.tokens == cost(out) <= target
+    validate_messages(out)
+
+
 def rwoe_run(messages: list[dict[str, Any]], budget: int, sticky: set[str] | None = None,
              ) -> tuple[Conversation, Fit, list[dict[str, Any]]]:
     from policies import get_policy
