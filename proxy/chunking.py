@@ -40,8 +40,16 @@ class Conversation:
     parts: list[Part]
     turn: int  # current turn t
     groups: dict[int, list[int]] = field(default_factory=dict)  # head index -> result indices
+    # turns before this request's first reply, when its client trimmed its history: what
+    # the log numbers turns by (`logged`); decisions count turns within the request
+    offset: int = 0
 
     refs: RefState | None = None
+
+    @property
+    def logged(self) -> int:
+        """This request's turn as the log, the inspector and the headers number it."""
+        return self.turn + self.offset
 
     def prefix(self, messages: Sequence[dict[str, Any]]) -> Prefix:
         return Prefix(messages, [p.info for p in self.parts], self.refs)

@@ -124,6 +124,7 @@ class Pipeline:
         # chunk: classes, turns, references, tool-call groups
         conv = rt.chunker.split(messages, state.prefix, known)
         state.prefix = conv.prefix(messages)
+        conv.offset = state.turn_offset(conv)  # a client that trims its history
         for p in conv.parts:  # a recall counts as a reference (RWOE's boost)
             extra = state.recall_refs.get(p.chunk.id)
             if extra:
@@ -197,7 +198,7 @@ class Pipeline:
 
         return Prepared(
             body={**body, "messages": out}, route=rt.route, tenant=tenant, session=session,
-            turn=conv.turn, tokens_in=tokens_in, tokens_out=tokens_out, budget=room,
+            turn=conv.logged, tokens_in=tokens_in, tokens_out=tokens_out, budget=room,
             evicted=len(fit.evicted), new_evictions=len(fit.new),
             recalled=sum(len(b.passages) for b in recall.blocks), prefix_ratio=ratio,
             events=events, pending=commit,

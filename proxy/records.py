@@ -29,13 +29,13 @@ def record(rt: RouteRuntime, conv: Conversation, fit: Fit, recall: RecallResult,
                            p.chunk.klass.value, p.chunk.tokens, p.info.text,
                            Media.of(messages[p.chunk.index]))
               for p, _, _, _ in gone]
-    events = [Event(tenant, session, conv.turn, p.chunk.id, p.chunk.klass.value,
+    events = [Event(tenant, session, conv.logged, p.chunk.id, p.chunk.klass.value,
                     p.chunk.tokens, round(score, 6), action, reason, policy,
                     preview=preview(p.info.text)) for p, score, action, reason in gone]
-    events += [Event(tenant, session, conv.turn, d.part.chunk.id, d.part.chunk.klass.value,
+    events += [Event(tenant, session, conv.logged, d.part.chunk.id, d.part.chunk.klass.value,
                      d.part.chunk.tokens, round(d.score, 6), "restore", d.reason, policy,
                      preview=preview(d.part.info.text)) for d in fit.restored]
-    events += recall.events(tenant, session, conv.turn, policy)
+    events += recall.events(tenant, session, conv.logged, policy)
     return chunks, events
 
 

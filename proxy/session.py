@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.analysis import text_of
+from proxy.chunking import Conversation
 from proxy.errors import InvalidRequest
 from proxy.prefix import Prefix
 from proxy.recall import Block, ChunkMeta
@@ -139,10 +140,36 @@ class SessionState:
     anchor: str | None = None  # the reply that claimed a derived session (`resolve`)
     # an opening's state: the session each recent reply seen with this opening went to
     replies: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    # the logged turn of the latest distinct replies (chunk id -> turn: `turn_offset`)
+    reply_turns: OrderedDict[str, int] = field(default_factory=OrderedDict)
     # shared stores (proxy/replica.py): the session head this state reflects, and the
     # decisions as last published or read from it
     version: int = 0
     published: dict[str, Any] | None = None
+
+    def turn_offset(self, conv: Conversation) -> int:
+        """Turns before the request's first reply. A request counts its turns by the
+        replies it holds, and a client that trims its history (a sliding window) sends
+        fewer and fewer of them: its log rows and events stalled at turn 6 for good. The
+        latest distinct reply (tool calls, or 64+ characters) seen before says how many
+        turns were dropped; then this request's latest ones are remembered."""
+        offset = 0
+        for p in reversed(conv.parts):
+            if p.role == "assistant" and p.chunk.id in self.reply_turns:
+                offset = max(0, self.reply_turns[p.chunk.id] - p.chunk.turn)
+                break
+        seen = 0
+        for p in reversed(conv.parts):
+            if p.role == "assistant" and (p.group is not None
+                                          or len(p.info.text) >= DISTINCT_CHARS):
+                self.reply_turns[p.chunk.id] = p.chunk.turn + offset
+                self.reply_turns.move_to_end(p.chunk.id)
+                seen += 1
+                if seen == RECENT_REPLIES:
+                    break
+        while len(self.reply_turns) > KNOWN_REPLIES:
+            self.reply_turns.popitem(last=False)
+        return offset
 
     def footprint(self) -> int:
         """Estimated bytes this state holds (see STATE_BYTES_PER_CHAR)."""

@@ -59,7 +59,7 @@ def summary(conv: Conversation, fit: Fit, costs: list[int], recalled: list[Event
         "other": other, "recall_block": recall_tokens,
         "query": query if recalled else "",
     }
-    return Turn(tenant, session, conv.turn, policy, data)
+    return Turn(tenant, session, conv.logged, policy, data)
 
 
 def view(t: Turn) -> dict[str, Any]:

@@ -248,3 +248,23 @@ async def test_a_client_trimming_its_history_stays_in_its_session(
             seen[name].add(resp.headers["X-Ctxwarden-Session"])
     assert len(seen["a"]) == 1 and len(seen["b"]) == 1
     assert seen["a"] != seen["b"]
+
+
+async def test_a_client_trimming_its_history_is_logged_at_its_real_turns(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """A request counts turns by the replies it holds; a sliding window holds fewer and
+    fewer, and its turn rows and events stalled at one number. The latest reply seen
+    before says how many turns were dropped: the log goes on counting."""
+    store = MemoryStore()
+    client = await make(aiohttp_client, settings_for(upstream), store)
+    msgs = long_session(12)
+    turns = []
+    for n in range(6, len(msgs) + 1, 4):
+        sent = trimmed(msgs[:n], 16)
+        resp = await client.post(CHAT, json=body(sent), headers={"X-Session-ID": "w"})
+        assert resp.status == 200, await resp.text()
+        turns.append(sum(m["role"] == "assistant" for m in msgs[:n]))
+    await client.app[PIPELINE].turns.flush()
+    logged = [t.turn for t in await store.turns("default", "w")]
+    assert logged == turns  # one row per call, at the call's turn in the whole session
+    assert max(e.turn for e in await store.events("default", "w")) == turns[-1]
