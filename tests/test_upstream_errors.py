@@ -41,6 +41,16 @@ ERROR_CASES: list[tuple[int, type[ProxyError], int, dict[str, Any]]] = [
 RETRY_AFTER = {429: "7", 503: "30"}
 
 
+async def refused(up: Upstream, r: Any, stream: bool) -> ProxyError:
+    """The error the upstream's reply maps to, streamed or not."""
+    with pytest.raises(ProxyError) as exc:
+        if stream:
+            await up.open_stream(r, body(stream=True))
+        else:
+            await up.complete(r, body())
+    return exc.value
+
+
 @BOTH
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize(("status", "cls", "out", "shape"), ERROR_CASES)
@@ -50,13 +60,7 @@ async def test_upstream_status_keeps_its_meaning(
     retry = RETRY_AFTER.get(status)
     overloaded = {"type": "overloaded_error", "message": "Overloaded"} if status == 529 else {}
     upstream.enqueue_error(status, headers={"Retry-After": retry} if retry else {}, **overloaded)
-    r = route(upstream.url, transport)
-    with pytest.raises(ProxyError) as exc:
-        if stream:
-            await up.open_stream(r, body(stream=True))
-        else:
-            await up.complete(r, body())
-    err = exc.value
+    err = await refused(up, route(upstream.url, transport), stream)
     assert type(err) is cls and err.status == out
     assert set(err.body()["error"]) == {"message", "type", "code"}
     assert {k: err.body()["error"][k] for k in ("type", "code")} == shape
@@ -238,12 +242,7 @@ async def test_a_rate_limit_keeps_the_headers_that_say_when_to_retry(
     sent = {"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "6.5s",
             "retry-after-ms": "6500", "x-should-retry": "true"}
     upstream.enqueue_error(429, headers=sent)
-    r = route(upstream.url, transport)
-    with pytest.raises(ProxyError) as exc:
-        if stream:
-            await up.open_stream(r, body(stream=True))
-        else:
-            await up.complete(r, body())
-    assert exc.value.status == 429
-    got = {k.lower(): v for k, v in exc.value.headers.items()}
+    err = await refused(up, route(upstream.url, transport), stream)
+    assert err.status == 429
+    got = {k.lower(): v for k, v in err.headers.items()}
     assert {k: got.get(k) for k in sent} == sent
