@@ -103,7 +103,8 @@ class Store(Protocol):
         """Durable when it returns; raises store.errors.StoreUnavailable when it cannot be."""
 
     async def log(self, events: Sequence[Event]) -> None:
-        """Append decisions; idempotent per (session, turn, chunk, action)."""
+        """Append decisions; one per (session, turn, chunk, action), the latest copy (its
+        time: a chunk evicted, restored and evicted again in one turn is evicted)."""
 
     async def recall(self, query: RecallQuery) -> list[Passage]:
         """Best passages first, within `budget_tokens`; [] rather than an error."""
@@ -185,7 +186,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self.chunks: dict[tuple[str, str, str], EvictedChunk] = {}
         self._events: list[Event] = []
-        self._seen: set[tuple[str, str, int, str, str]] = set()
+        self._seen: dict[tuple[str, str, int, str, str], int] = {}  # key -> its index
         self._turns: dict[tuple[str, str, int], Turn] = {}
 
     async def record(self, chunks: Sequence[EvictedChunk], events: Sequence[Event]) -> None:
@@ -197,11 +198,14 @@ class MemoryStore:
             self.chunks[(c.tenant, c.session, c.chunk_id)] = c
 
     async def log(self, events: Sequence[Event]) -> None:
-        for e in events:  # idempotent per (session, turn, chunk, action), like LanceStore
-            key = (e.tenant, e.session, e.turn, e.chunk_id, e.action)
-            if key not in self._seen:
-                self._seen.add(key)
+        for e in events:  # one per (session, turn, chunk, action), like LanceStore: the
+            key = (e.tenant, e.session, e.turn, e.chunk_id, e.action)  # latest copy
+            at = self._seen.get(key)
+            if at is None:
+                self._seen[key] = len(self._events)
                 self._events.append(e)
+            else:
+                self._events[at] = e
 
     async def recall(self, query: RecallQuery) -> list[Passage]:
         return []

@@ -190,6 +190,7 @@ async def _missing(tbl: Any, ids: list[str] | None) -> int:
 
 
 def _union(rows: list[Row], logged: list[Row]) -> list[Row]:
-    """LanceDB's rows and the journal's, each id once (a row may be in both for a moment)."""
-    seen = {r["id"] for r in rows}
-    return rows + [r for r in logged if r["id"] not in seen]
+    """LanceDB's rows and the journal's, each id once (a row may be in both for a moment):
+    the journal's copy, which is the newer where a row is written again (events, turns)."""
+    seen = {r["id"] for r in logged}
+    return [r for r in rows if r["id"] not in seen] + logged

@@ -4,7 +4,9 @@ Why hashed keys: tenant and session ids come from clients. Every filter the stor
 to LanceDB compares a column against a hex digest it computed itself (`scope`,
 `tenant_key`), so no client text is ever spliced into a SQL predicate, and an equality on
 one short column is what LanceDB prefilters fastest. The raw ids are kept beside them
-for display. Row ids are content ids, so `merge_insert` makes every write idempotent.
+for display. Row ids are content ids, so `merge_insert` makes a repeated write change
+nothing; an event or a turn summary written again under its id (a chunk evicted, taken
+back and evicted again within one turn; a turn sent again) replaces the one before.
 """
 
 from __future__ import annotations

@@ -40,7 +40,10 @@ class Writer:
     async def _commit(self, name: str, rows: list[dict[str, Any]], sch: pa.Schema) -> None:
         tbl = self._t.handles[name]
         data = S.arrow(name, rows, sch)
-        if name == S.TURNS:  # the latest summary of a turn replaces the one before
+        if name in (S.TURNS, S.EVENTS):
+            # the latest summary of a turn replaces the one before; an event's latest copy
+            # keeps its time: a chunk evicted, restored and evicted again within one turn
+            # (parallel sub-calls, a retry with another max_tokens) is evicted, as sent
             await retrying(lambda: tbl.merge_insert("id").when_matched_update_all()
                            .when_not_matched_insert_all().execute(data), name)
         else:  # everything else is written once: a repeat (a replay) changes nothing

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from store.base import Event, EvictedChunk, RecallQuery, Turn
 from store.embed import CachedEmbedder, get_embedder
 from store.errors import StoreUnavailable
 from store.lance import LanceStore
-from tests.support.fakes import read_only
+from tests.support.fakes import FakeEmbedder, read_only
 
 NEEDLE = "Customer note: she is travelling with her cat Whiskers in a soft carrier under the seat."
 ASK = "Does the passenger bring an animal on board?"  # a paraphrase: no word in common
@@ -258,3 +259,22 @@ async def test_a_relative_path_starting_with_db_is_a_local_directory(
     finally:
         await again.close()
     assert (tmp_path / "db" / "chunks.lance").is_dir()
+
+
+async def test_an_eviction_taken_back_and_made_again_in_one_turn_stays_an_eviction(
+        tmp_path: Path) -> None:
+    """evict, restore, evict of one chunk at one turn (parallel sub-calls of a session, a
+    retry with another max_tokens): the second evict has the first's id. Its latest copy
+    must count, in the log and once replayed into LanceDB (where the first already is)."""
+    store = LanceStore(tmp_path / "db", FakeEmbedder())
+    try:
+        await store.record([chunk("c1", "a passage")], [replace(event("c1", 5), time=1.0)])
+        await store.log([replace(event("c1", 5, "restore"), time=2.0)])
+        await store.flush()  # both in LanceDB
+        await store.record([chunk("c1", "a passage")], [replace(event("c1", 5), time=3.0)])
+        for _ in range(2):  # from the log over LanceDB's older copy, then replayed
+            assert await store.evicted_ids("acme", "s1") == {"c1"}
+            assert [e.action for e in await store.events("acme", "s1")] == ["restore", "evict"]
+            await store.flush()
+    finally:
+        await store.close()
