@@ -72,8 +72,12 @@ class Pipeline:
         if self.replica is not None and key.anchor is not None:  # claimed on another?
             await self.replica.claimed(self.sessions.get(tenant, key.id), tenant, key.id)
         sid, state = self.sessions.resolve(tenant, key)
-        with QUIET.busy():  # background work waits (store/quiet.py)
-            return await self._locked(rt, body, tenant, sid, state, defer)
+        state.users += 1  # kept in the LRU while this request waits for its lock too
+        try:
+            with QUIET.busy():  # background work waits (store/quiet.py)
+                return await self._locked(rt, body, tenant, sid, state, defer)
+        finally:
+            state.users -= 1
 
     async def _locked(self, rt: RouteRuntime, body: dict[str, Any], tenant: str, sid: str,
                       state: SessionState, defer: bool) -> Prepared:

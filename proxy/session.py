@@ -130,6 +130,8 @@ class SessionState:
     recall_refs: dict[str, list[int]] = field(default_factory=dict)
     loaded: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # requests holding this state (preparing, or waiting for its lock): never dropped then
+    users: int = 0
     last_prompt: list[tuple[str, int]] = field(default_factory=list)  # last forwarded
     # every chunk this session has shown us, in context or evicted (recall, RWOE's cos)
     index: RelevanceIndex = field(default_factory=RelevanceIndex)
@@ -179,8 +181,9 @@ class SessionState:
 
 class Sessions:
     """Bounded LRU of session states, keyed by (tenant, session): at most `max_sessions`
-    states and, after each request (`account`), about `max_bytes` of them. A state whose
-    lock a request holds is never dropped (its next request would start a second one)."""
+    states and, after each request (`account`), about `max_bytes` of them. A state a
+    request holds or waits for is never dropped (its next request would start a second
+    one)."""
 
     def __init__(self, max_sessions: int = 10_000, max_bytes: int | None = None) -> None:
         self._states: OrderedDict[tuple[str, str], SessionState] = OrderedDict()
@@ -218,7 +221,10 @@ class Sessions:
         for key in list(self._states):
             if not over():
                 return
-            if key != keep and not self._states[key].lock.locked():
+            state = self._states[key]
+            # a state a request holds or waits for is kept: dropped, the next request of
+            # its session would start a second state beside it (its lock no longer one)
+            if key != keep and not state.users and not state.lock.locked():
                 del self._states[key]
                 self.bytes -= self._bytes.pop(key, 0)
                 self.dropped += 1

@@ -7,9 +7,12 @@ client names wins; and sticky evictions never shrink a request that fits whole.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from proxy.config import Settings
 from proxy.keys import PIPELINE
+from proxy.pipeline import Pipeline
 from proxy.session import STATE_BYTES_PER_CHAR, Sessions
 from store.base import MemoryStore
 from tests.support.app import CHAT, STUB, ClientFactory, make, settings_for
@@ -192,6 +195,51 @@ async def test_the_session_lru_keeps_to_its_memory_and_never_drops_a_busy_state(
     assert sessions.dropped == 2
     assert sessions.bytes == states["b"].footprint() + states["c"].footprint() == 3 * per_state
     states["b"].lock.release()
+
+
+async def test_evicted_restored_and_evicted_again_in_one_turn_is_evicted(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """One turn sent three times with another output limit (a retry that lowers
+    max_tokens, parallel sub-calls of one session): its evictions, their restore, the same
+    evictions again. The decision log must end as the last request was sent: the second
+    evict of a chunk, at the turn of its restore, was dropped as a repeat of the first
+    (LanceStore: tests/test_store.py)."""
+    store = MemoryStore()
+    client = await make(aiohttp_client, settings_for(upstream), store)
+    headers = {"X-Session-ID": "flip"}
+    history = long_session(7)
+    sent = []
+    for limit in (1600, 100, 1600):
+        resp = await client.post(CHAT, json={**body(history), "max_tokens": limit},
+                                 headers=headers)
+        assert resp.status == 200
+        sent.append(set(stubs(upstream)))
+    events = await store.events("default", "flip")
+    restored = {e.chunk_id for e in events if e.action == "restore"}
+    assert restored == sent[0] - sent[1] and restored & sent[2]  # back, then out again
+    assert await store.evicted_ids("default", "flip") == sent[2]  # as last sent
+
+
+async def test_a_state_a_request_waits_for_is_never_dropped() -> None:
+    """Two requests of one session (parallel sub-calls, a retry): the second waits for the
+    first's lock. Between the first releasing it and the second running, the lock is
+    free; a third session arriving then must not drop the state the second is about to
+    use, or the session's next request would run on a second state beside it."""
+    settings = Settings(server={"max_sessions": 1, "cold_workers": 0}, routes=[{
+        "name": "t", "model": "t-*", "context_window": 4000,
+        "upstream": {"model": "openai/gpt-4o", "api_base": "http://127.0.0.1:9/v1"}}])
+    pipeline = Pipeline(settings, MemoryStore())
+    route = settings.routes[0]
+    state = pipeline.sessions.get("default", "a")
+    await state.lock.acquire()  # the first request of a is being prepared
+    second = asyncio.ensure_future(pipeline.prepare(
+        {"model": "t-1", "messages": [user("hello")]}, route, "default", "a"))
+    await asyncio.sleep(0)  # ... and the second waits for its lock
+    state.lock.release()  # the first is done; the second is woken but has not run yet
+    pipeline.sessions.get("default", "b")  # another session's request arrives meanwhile
+    await second
+    assert pipeline.sessions.get("default", "a") is state  # one state for a, still
+    await pipeline.close()
 
 
 async def test_a_session_dropped_for_memory_reloads_its_evictions_from_the_store(
