@@ -71,18 +71,32 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     metrics.observe(request, prepared, fields["overhead_ms"])
     sent = from_client(request.headers)  # OpenAI-Organization, -Project, -Beta
     if not body.get("stream"):
-        reply = await upstream.complete(route, prepared.body, api_key, sent)
-        if unproven:
-            await _accepted(request, prepared)
+        try:
+            reply = await upstream.complete(route, prepared.body, api_key, sent)
+            if unproven:
+                await _accepted(request, prepared)
+        except asyncio.CancelledError:  # the client left before the upstream answered
+            _left(started, fields)
+            raise
         billed = usage_fields(reply.usage)
         metrics.observe_usage(request, route.name, billed)
         log.info("request", status=reply.status, latency_ms=_ms(started), **fields, **billed)
         return web.Response(body=reply.body, status=reply.status,
                             headers={**reply.headers, **prepared.headers()},
                             content_type="application/json")
-    stream = await upstream.open_stream(route, prepared.body, api_key, sent)
+    try:
+        stream = await upstream.open_stream(route, prepared.body, api_key, sent)
+    except asyncio.CancelledError:  # the client left before the upstream's headers
+        _left(started, fields)
+        raise
     if unproven:
-        await _accepted(request, prepared)
+        try:
+            await _accepted(request, prepared)
+        except BaseException as exc:
+            await stream.aclose()  # the upstream's response is not left open
+            if isinstance(exc, asyncio.CancelledError):
+                _left(started, fields)
+            raise
     resp = web.StreamResponse(headers={**stream.headers, **prepared.headers(),
                                        "Cache-Control": "no-cache",
                                        "Content-Type": "text/event-stream"})
@@ -117,6 +131,13 @@ async def _accepted(request: web.Request, prepared: Prepared) -> None:
         await prepared.commit()
     except StoreUnavailable as exc:
         log.warning("deferred_write_failed", error=str(exc), events=len(prepared.events))
+
+
+def _left(started: float, fields: dict[str, Any]) -> None:
+    """The request's one log line when its client left before the upstream answered (the
+    handler is cancelled): its fitting and its writes happened, so it is logged too."""
+    log.info("request", status=None, outcome="client_disconnected", latency_ms=_ms(started),
+             **fields)
 
 
 def _ms(started: float) -> float:

@@ -227,6 +227,31 @@ async def test_client_disconnect_cancels_upstream(make_client: Any,
     assert [e["outcome"] for e in lines] == ["client_disconnected"]  # not "complete"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_client_leaving_before_the_upstream_answers_is_logged(
+        make_client: Any, upstream: UpstreamServer, stream: bool) -> None:
+    """A client that hangs up while the upstream has not answered yet (a slow first token)
+    still gets its request's one log line: its fitting and writes happened."""
+    client = await make_client()
+    upstream.enqueue("slow", delay=2.0)
+    with capture_logs() as logs:
+        task = asyncio.ensure_future(client.post("/v1/chat/completions", json={
+            "model": "test-1", "stream": stream, "messages": [{"role": "user", "content": "x"}]}))
+        for _ in range(200):  # until the upstream has the request
+            if upstream.history:
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()  # the client walks away
+        assert await upstream.wait_disconnects(1, timeout=3.0)
+        for _ in range(150):
+            if any(e["event"] == "request" for e in logs):
+                break
+            await asyncio.sleep(0.02)
+    lines = [e for e in logs if e["event"] == "request"]
+    assert [e["outcome"] for e in lines] == ["client_disconnected"]
+    assert lines[0]["stream"] is stream and "tokens_in" in lines[0]
+
+
 async def test_one_log_line_per_request_without_message_text(make_client: Any) -> None:
     client = await make_client()
     with capture_logs() as logs:
