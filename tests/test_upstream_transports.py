@@ -168,3 +168,37 @@ def test_start_up_loads_what_litellms_first_call_would(routes: str, loaded: list
     out = subprocess.run([sys.executable, "-c", WARM, routes], capture_output=True,
                          text=True, timeout=120, check=True).stdout.splitlines()
     assert out[-2:] == [repr(loaded), repr(events)]
+
+
+class _Reads:
+    """An upstream response as `direct._relay` reads it: these reads, then the end."""
+
+    def __init__(self, reads: list[bytes]) -> None:
+        self.reads = reads
+        self.content = self
+
+    async def iter_any(self) -> Any:
+        for r in self.reads:
+            yield r
+
+    def close(self) -> None:
+        pass
+
+
+async def test_stream_with_cr_line_endings_is_relayed_event_by_event() -> None:
+    """SSE ends lines with CRLF, LF or a lone CR. CR-only events were buffered to the end
+    of the stream (nothing reached the client until it ended) and got a second [DONE]."""
+    from proxy.upstream.direct import _relay
+    from proxy.upstream.transport import Target
+
+    target = Target(transport="direct", provider="openai", model="m", api_base="x",
+                    timeout=1.0)
+    ev = [b'data: {"n":%d}' % i for i in range(3)]
+    reads = [ev[0] + b"\r\r", ev[1] + b"\r", b"\n\r", b"\n" + ev[2] + b"\r\r",
+             b"data: [DONE]\r", b"\r"]
+    pieces = [p async for p in _relay(target, _Reads(reads))]  # type: ignore[arg-type]
+    assert pieces == [ev[0] + b"\n\n", ev[1] + b"\n\n", ev[2] + b"\n\n",
+                      b"data: [DONE]\n\n"]
+    # a last CR with nothing after it ends the last line
+    last = [p async for p in _relay(target, _Reads([ev[0] + b"\r"]))]  # type: ignore[arg-type]
+    assert last == [ev[0] + b"\n\n", b"data: [DONE]\n\n"]

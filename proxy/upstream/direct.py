@@ -131,8 +131,8 @@ async def _relay(target: Target, resp: aiohttp.ClientResponse) -> AsyncGenerator
     last = b""
     try:
         async for chunk in resp.content.iter_any():
-            if b"\r" in chunk or buf.endswith(b"\r"):  # SSE allows CRLF; OpenAI sends LF
-                buf = (buf + chunk).replace(b"\r\n", b"\n")
+            if b"\r" in chunk or buf.endswith(b"\r"):  # SSE allows CRLF and CR; OpenAI LF
+                buf = _lf(buf + chunk)
             else:
                 buf += chunk
             cut = buf.rfind(b"\n\n")
@@ -147,8 +147,18 @@ async def _relay(target: Target, resp: aiohttp.ClientResponse) -> AsyncGenerator
         return
     finally:
         resp.close()
+    if buf.endswith(b"\r"):  # a CR line ending, nothing after it
+        buf = buf[:-1] + b"\n"
     if buf.strip():  # the upstream ended without the blank line after its last event
         last = buf.rstrip(b"\n") + b"\n\n"
         yield last
     if not last.endswith(_DONE):
         yield _DONE
+
+
+def _lf(buf: bytes) -> bytes:
+    """SSE's line endings (CRLF, CR, LF) as LF. A CR at the very end stays: it may be the
+    first half of a CRLF whose LF comes with the next read."""
+    tail = buf.endswith(b"\r")
+    body = (buf[:-1] if tail else buf).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    return body + b"\r" if tail else body
