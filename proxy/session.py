@@ -99,9 +99,13 @@ KNOWN_REPLIES = 4096  # replies an opening's state remembers the session of, at 
 
 
 def _distinct(reply: dict[str, Any]) -> bool:
+    return distinct(bool(reply.get("tool_calls")), text_of(reply))
+
+
+def distinct(calls: bool, text: str) -> bool:
     """A reply no other conversation is likely to hold: tool calls (their ids are
     random) or a text of some length."""
-    return bool(reply.get("tool_calls")) or len(text_of(reply)) >= DISTINCT_CHARS
+    return calls or len(text) >= DISTINCT_CHARS
 
 
 def _reply_digest(reply: dict[str, Any]) -> str:
@@ -162,8 +166,7 @@ class SessionState:
                 break
         seen = 0
         for p in reversed(conv.parts):
-            if p.role == "assistant" and (p.group is not None
-                                          or len(p.info.text) >= DISTINCT_CHARS):
+            if p.role == "assistant" and distinct(p.group is not None, p.info.text):
                 self.reply_turns[p.chunk.id] = p.chunk.turn + offset
                 self.reply_turns.move_to_end(p.chunk.id)
                 seen += 1
