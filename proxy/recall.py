@@ -25,7 +25,7 @@ afresh, or its host leaves the context.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -171,13 +171,30 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     used = 0
     seen: set[str] = set()
     # strength is capped at 1: among the passages that reach it, the higher score first
-    for _, h, why in sorted(cands.values(),
-                            key=lambda x: (-x[0], -x[1].score, x[1].chunk_id, x[1].piece)):
+    ranked = sorted(cands.values(),
+                    key=lambda x: (-x[0], -x[1].score, x[1].chunk_id, x[1].piece))
+    covered: dict[str, set[str]] = {}  # chunk id -> query terms its chosen passages match
+
+    def novel_first() -> Iterator[tuple[float, Hit, str]]:
+        """A passage matching no query term that its chunk's chosen passages do not (the
+        same field name in every record of a list) waits until every passage that adds
+        one has had its turn; then the waiting fill what room is left, in rank order."""
+        later = []
+        for item in ranked:
+            have = covered.get(item[1].chunk_id)
+            if have is not None and qterms.intersection(terms(item[1].text)) <= have:
+                later.append(item)
+            else:
+                yield item
+        yield from later
+
+    for _, h, why in novel_first():
         if h.chunk_id not in evicted or h.text in seen or not h.text.strip():
             continue
         m = meta.get(h.chunk_id)
         if m is None:
             continue
+        matches = qterms.intersection(terms(h.text))
         if following is not None:
             h = replace(h, text=continued(h.text, following(h.chunk_id, h.piece), qterms))
         tokens = count(h.text) + 16  # its header line in the block
@@ -193,6 +210,7 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
                    + ", ".join(f"{t} (~{alias[t]})" if t in alias else t
                                for t in matched[:6]))
         out.append(Recalled(h, m.turn, m.role, m.klass, tokens, why))
+        covered.setdefault(h.chunk_id, set()).update(matches)
         seen.add(h.text)
         used += tokens
         if len(out) >= top_k:

@@ -91,3 +91,23 @@ def test_among_capped_strengths_the_higher_score_comes_first() -> None:
     got = select([weak, strong], {"0aaa", "ffff"}, meta, query="Net expansion Global Q2",
                  min_relevance=0.1, min_relative=0.0, top_k=1, budget=1000, count=COUNT)
     assert [r.hit.chunk_id for r in got] == ["ffff"]
+
+
+def test_a_passage_that_adds_a_query_word_goes_before_its_chunks_repeats() -> None:
+    """A list whose every record names the same field ("ticket") matches the question in
+    each of its passages alike; the one passage of another chunk that holds the question's
+    other word ("duplicate") comes before the list's second and third passages, though it
+    scores a little lower. The repeats still fill what room is left."""
+    rows = [Hit("aaaa", k, f'{{"ticket": "TCK-{k}", "subject": "Late delivery"}}', 2.0 - k / 100,
+                0.30) for k in range(3)]
+    plant = Hit("bbbb", 0, '{"invoice": "INV-931", "note": "duplicate charge"}', 1.8, 0.27)
+    meta = {c: ChunkMeta(1, "tool", "TRANSIENT") for c in ("aaaa", "bbbb")}
+    got = select([*rows, plant], {"aaaa", "bbbb"}, meta,
+                 query="Which bill was the duplicate? I need it for the ticket.",
+                 min_relevance=0.1, min_relative=0.5, top_k=2, budget=1000, count=COUNT)
+    assert [(r.hit.chunk_id, r.hit.piece) for r in got] == [("aaaa", 0), ("bbbb", 0)]
+    got = select([*rows, plant], {"aaaa", "bbbb"}, meta,
+                 query="Which bill was the duplicate? I need it for the ticket.",
+                 min_relevance=0.1, min_relative=0.5, top_k=8, budget=1000, count=COUNT)
+    assert [(r.hit.chunk_id, r.hit.piece) for r in got] == [
+        ("aaaa", 0), ("bbbb", 0), ("aaaa", 1), ("aaaa", 2)]
