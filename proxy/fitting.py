@@ -45,7 +45,8 @@ class Fit:
 
 
 RESTORE_ROOM = 0.10  # of the budget free below the watermark before anything is restored
-RESTORE_REASON = "room returned: restored, most valuable first, below the watermark"
+RESTORE_REASON = ("room returned: restored, most valuable first of what fits with room "
+                  "left below the watermark")
 FITS_REASON = "the whole request fits the budget: earlier evictions do not apply"
 
 
@@ -181,8 +182,8 @@ class Fitter(Accounting):
             if fit.new:  # one large chunk freed far more than was needed: this turn's
                 # evictions first (no prefix change), never what the policy forces
                 self._give_back(conv, fit, target, {r.chunk.id for r in forced})
-            if budget - fit.tokens >= room:
-                self._restore(conv, fit, target, policy, ctx)
+            if budget - fit.tokens >= room:  # and what it leaves: the next turns' room
+                self._restore(conv, fit, target - int(RESTORE_ROOM * budget), policy, ctx)
         return fit
 
     def _give_back(self, conv: Conversation, fit: Fit, limit: int,
@@ -198,12 +199,15 @@ class Fitter(Accounting):
             if d.part.chunk.id not in keep and self._take_back(conv, fit, d.part, limit):
                 fit.new.remove(d)
 
-    def _restore(self, conv: Conversation, fit: Fit, target: int, policy: Policy,
+    def _restore(self, conv: Conversation, fit: Fit, limit: int, policy: Policy,
                  ctx: PolicyContext) -> None:
         """After a spike (a huge tool output that had to push everything out) the room comes
         back, but sticky evictions would keep the user's facts out for good. Take back
-        evicted messages and tool results, most valuable first, while they fit under the
-        watermark. One prefix change after a spike, not churn: it needs RESTORE_ROOM free.
+        evicted messages and tool results, most valuable first, while they fit under
+        `limit`: RESTORE_ROOM below the watermark, the room it needs free to start. One
+        prefix change after a spike, not churn: restored up to the watermark itself, a
+        chunk came back on a turn that evicted and the next turn's output pushed the
+        request over the budget, so it went again (two prefix changes, a black-box run).
         What the policy evicts whatever the budget (`forced`: masked tool outputs) stays
         out: taken back, `mask` in a roomy window masked each turn's newly old output and
         restored the ones before it, a prefix change every turn and nothing masked."""
@@ -214,7 +218,7 @@ class Fitter(Accounting):
                  and p.chunk.id not in new and p.chunk.id not in masked]
         by_id = {p.chunk.id: p for p in parts}
         for r in reversed(policy.rank(cands, ctx)):
-            if self._take_back(conv, fit, by_id[r.chunk.id], target):
+            if self._take_back(conv, fit, by_id[r.chunk.id], limit):
                 fit.restored.append(Decision(by_id[r.chunk.id], r.score, RESTORE_REASON))
 
     def _take_back(self, conv: Conversation, fit: Fit, part: Part, limit: int) -> bool:

@@ -300,3 +300,26 @@ def test_a_stub_keeps_the_identifiers_of_what_it_offloaded() -> None:
     big = stub_text(conv.parts[7])  # 300 records: the stub keeps a bounded few
     assert "flight_number=HAT0000" in big and big.count("=") == 16
     assert COUNTER.text(big) < conv.parts[7].chunk.tokens / 4
+
+
+def test_room_after_an_overshoot_restores_only_what_leaves_the_next_turns_room() -> None:
+    """A turn evicts a large result and overshoots the watermark; an older, smaller result
+    evicted before would fit under the watermark again. Restored up to the watermark, the
+    next turn's output pushed the request over the budget and it went again: two prefix
+    changes for nothing (a black-box run: 12 of 43 messages kept as the prefix, twice).
+    A restore now leaves RESTORE_ROOM free below the watermark, as it needs to start."""
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "sys"}, user("the goal")]
+    for cid, n in (("a", 130), ("b", 300), ("c", 300), ("d", 80)):
+        msgs += [assistant(f"step {cid}", call(cid, "read", f'{{"f": "{cid}"}}')),
+                 tool(cid, filler(n, cid)), assistant(f"noted {cid}"), user(f"go on {cid}")]
+    older = Chunker(MessageAnalyzer(COUNTER), ClassificationSettings()).split(msgs).parts[3]
+    assert older.role == "tool" and older.info.text.startswith("a")
+    budget = 2_200
+    conv, fit, out = rwoe_run(msgs, budget, sticky={older.chunk.id})
+    assert fit.new and fit.restored == []  # the result evicted earlier stays out
+    assert older.chunk.id in fit.evicted and fit.tokens == cost(out) <= int(budget * 0.85)
+    nxt = [*msgs, assistant(None, call("e", "read")), tool("e", filler(150, "e"))]
+    conv, fit2, out2 = rwoe_run(nxt, budget, sticky=fit.evicted)
+    assert fit2.new == [] and fit2.restored == []  # the next turn appends: the prefix holds
+    assert out2[:len(out) - 1] == out[:-1]
+    validate_messages(out2)
