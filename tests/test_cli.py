@@ -72,3 +72,71 @@ def test_bench_outside_a_checkout_says_where_to_get_one(
     monkeypatch.setattr(bench, "ROOT", tmp_path)
     assert main(["bench", "policies"]) == 2
     assert "the benchmarks ship with the source tree" in capsys.readouterr().err
+
+
+BUSY_PORT_CONFIG = """\
+server: {{port: {port}, cold_workers: 0}}
+store: {{path: ":memory:"}}
+routes:
+  - name: demo
+    model: demo
+    upstream: {{model: openai/demo, mock_response: "hi"}}
+    context_window: 1200
+"""
+
+
+def test_serve_on_a_port_in_use_says_so_and_exits_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as held:  # another process already listens there
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        config = tmp_path / "config.yaml"
+        config.write_text(BUSY_PORT_CONFIG.format(port=port))
+        try:
+            assert main(["serve", "--config", str(config)]) == 2
+        finally:
+            structlog.reset_defaults()
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "listening on" not in err  # said only once the socket is bound
+    assert err.endswith(f"ctxwarden: cannot listen on 127.0.0.1:{port}: Address already in "
+                        "use; free the port or choose another: --port, server.port or "
+                        "CTXWARDEN_SERVER__PORT\n")
+
+
+@pytest.mark.parametrize(("port", "why"), [("99999", "99999 is not a port: use 1-65535"),
+                                           ("0", "0 is not a port: use 1-65535"),
+                                           ("http", "'http' is not a port number")])
+def test_serve_refuses_a_port_out_of_range_before_starting(
+        port: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--port", port])
+    assert exc.value.code == 2
+    assert f"argument --port: {why}" in capsys.readouterr().err
+
+
+def test_serve_warns_of_a_route_that_would_reach_its_provider_without_a_key(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from proxy.cli.serve import keyless_routes
+    from proxy.config import Settings
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    routes = [{"name": "demo", "upstream": {"model": "openai/demo", "mock_response": "hi"}},
+              {"name": "bare", "upstream": {"model": "openai/gpt-4o-mini"}},
+              {"name": "local", "upstream": {"model": "openai/llama3",
+                                             "api_base": "http://127.0.0.1:11434/v1"}},
+              {"name": "keyed", "upstream": {"model": "openai/gpt-4o", "api_key": "sk-x"}}]
+    settings = Settings(store={"path": ":memory:"}, routes=routes)
+    assert keyless_routes(settings) == [
+        "routes[1] ('bare') has no key for 'openai/gpt-4o-mini': set upstream.api_key_env "
+        "(e.g. OPENAI_API_KEY) or upstream.api_key, or export OPENAI_API_KEY; else the "
+        "provider answers 401"]
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env")  # LiteLLM's own variable is a key
+    assert keyless_routes(settings) == []
+    monkeypatch.delenv("OPENAI_API_KEY")
+    passthrough = Settings(store={"path": ":memory:"}, routes=routes,
+                           auth={"mode": "passthrough"})
+    assert keyless_routes(passthrough) == []  # the client's key goes upstream
