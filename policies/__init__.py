@@ -15,6 +15,7 @@ Built-ins register through the same `register` decorator a plug-in would use:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from typing import Any
 
@@ -48,6 +49,13 @@ def get_policy(name: str, **params: Any) -> Policy:
         cls = _REGISTRY[name]
     except KeyError:
         raise UnknownPolicy(name, _REGISTRY) from None
+    options = inspect.signature(cls).parameters.values()
+    if not any(o.kind is o.VAR_KEYWORD for o in options):
+        unknown = sorted(set(params) - {o.name for o in options})
+        if unknown:  # say which options the policy has, not Python's __init__ TypeError
+            known = ", ".join(o.name for o in options) or "none"
+            raise TypeError(f"policy {name!r} has no option {', '.join(unknown)} "
+                            f"(its options: {known})")
     return cls(**params)
 
 

@@ -71,7 +71,8 @@ def _keys(listed: list[str], env: str | None, what: str, environ: Mapping[str, s
     if env is not None:
         raw = environ.get(env, "")
         if not raw.strip():
-            problems.append(f"auth.{what}_env: the environment variable {env} is not set")
+            state = "is not set" if env not in environ else "is empty (it holds no key)"
+            problems.append(f"auth.{what}_env: the environment variable {env} {state}")
         found += [k.strip() for k in raw.split(",") if k.strip()]
     return frozenset(_digest(k) for k in found)
 

@@ -215,6 +215,8 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     yaml_path = Path(path) if path is not None else None
     if yaml_path is not None and not yaml_path.is_file():
         raise ConfigError(f"config file not found: {yaml_path}")
+    if yaml_path is not None:
+        _check_top_level(yaml_path)
     Settings._yaml_file = yaml_path
     try:
         settings = Settings(**overrides)
@@ -229,6 +231,21 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
         Settings._yaml_file = None
     _check_policies(settings, overrides)
     return settings
+
+
+def _check_top_level(yaml_path: Path) -> None:
+    """A file that parses to a list or a scalar says what it should hold, not the
+    `dict(...)` error pydantic-settings meets it with. A parse error is left to the load."""
+    import yaml
+
+    try:
+        top = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
+    except Exception:
+        return
+    if top is not None and not isinstance(top, dict):
+        raise ConfigError(f"{yaml_path}: cannot read config: the file must be a mapping of "
+                          f"sections ({', '.join(Settings.model_fields)}), not a "
+                          f"{'list' if isinstance(top, list) else type(top).__name__}")
 
 
 def _check_policies(settings: Settings, overrides: dict[str, Any]) -> None:

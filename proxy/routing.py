@@ -5,9 +5,10 @@ rules and recall (proxy/config.py loads them under `routes:`, with the server's 
 from __future__ import annotations
 
 import fnmatch
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from policies.base import ChunkClass
 
@@ -42,6 +43,18 @@ class ClassRule(_Strict):
     klass: ChunkClass = Field(alias="class")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        """A pattern that is no regular expression stops start-up naming the key, not with a
+        traceback from the first chunker built."""
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from None
+        return value
 
 
 class ClassificationSettings(_Strict):

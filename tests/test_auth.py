@@ -321,3 +321,23 @@ async def test_passthrough_writes_nothing_for_a_key_the_provider_refuses(
         assert {e.turn for e in events if e.action == "evict"} == {24, 28}
     finally:
         await upstream.close()
+
+
+def test_a_key_variable_set_but_empty_is_called_empty_not_unset(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`CTXWARDEN_KEYS=` (exported, empty) is not "not set": the message says which."""
+    monkeypatch.setenv("CTXW_TEST_CLIENTS", "")
+    monkeypatch.setenv("CTXW_TEST_UPSTREAM", "")
+    monkeypatch.delenv("CTXW_TEST_ADMINS", raising=False)
+    s = Settings(store={"path": ":memory:"},
+                 auth={"mode": "proxy_keys", "keys_env": "CTXW_TEST_CLIENTS",
+                       "admin_keys_env": "CTXW_TEST_ADMINS"},
+                 routes=[{"name": "r", "upstream": {"model": "openai/x",
+                                                    "api_key_env": "CTXW_TEST_UPSTREAM"}}])
+    with pytest.raises(ConfigError) as info:
+        init_app(s, store=MemoryStore())
+    assert str(info.value) == (
+        "auth.keys_env: the environment variable CTXW_TEST_CLIENTS is empty (it holds no key)\n"
+        "auth.admin_keys_env: the environment variable CTXW_TEST_ADMINS is not set\n"
+        "routes[0] ('r'): upstream.api_key_env: the environment variable CTXW_TEST_UPSTREAM "
+        "is empty")

@@ -192,7 +192,17 @@ def test_serve_exits_2_naming_the_variable_of_a_missing_route(
         ("routes:\n  - name: a\n    upstream: {model: openai/x}\n    policy: nope\n",
          "routes[0].policy: Unknown policy: nope"),
         ("routes:\n  - name: a\n    upstream: {model: openai/x}\n"
-         "    policy_params: {alpah: 0.3}\n", "routes[0].policy_params:"),
+         "    policy_params: {alpah: 0.3}\n",
+         "routes[0].policy_params: policy 'rwoe' has no option alpah (its options: lambdas, "
+         "alpha, base_rates, r0, recon_cost, recon_fixed, semantic_weight, recency_weight, "
+         "recency_decay)"),
+        ("routes:\n  - name: a\n    upstream: {model: openai/x}\n    policy: lru\n"
+         "    policy_params: {keep: 3}\n",
+         "routes[0].policy_params: policy 'lru' has no option keep (its options: none)"),
+        ("routes:\n  - name: a\n    upstream: {model: openai/x}\n    classification:\n"
+         "      rules: [{role: user, pattern: '(unclosed', class: PERMANENT}]\n",
+         "routes[0].classification.rules[0].pattern: Value error, not a valid regular "
+         "expression: missing ), unterminated subpattern at position 0"),
         ("routes:\n  - {name: a, upstream: {model: openai/x}}\n"
          "  - {name: a, upstream: {model: openai/y}}\n", "duplicate route name 'a'"),
         ("routes: [\n", "cannot read config"),
@@ -204,6 +214,29 @@ def test_bad_config_names_the_key(tmp_path: Path, text: str, needle: str) -> Non
     with pytest.raises(ConfigError) as info:
         load_settings(write(tmp_path, text))
     assert needle in str(info.value)
+
+
+@pytest.mark.parametrize(("text", "what"), [("- a\n- b\n", "list"), ("just words\n", "str")])
+def test_a_file_that_is_no_mapping_says_what_it_should_hold(tmp_path: Path, text: str,
+                                                            what: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert str(info.value) == (f"{path}: cannot read config: the file must be a mapping of "
+                               f"sections (server, store, auth, routes), not a {what}")
+
+
+def test_serve_refuses_a_config_without_routes(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty file loads (every key has a default) but would serve only 404s."""
+    from proxy.cli import main
+
+    path = write(tmp_path, "")
+    assert main(["serve", "--config", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"ctxwarden: {path}: no routes: add at least one under `routes:` (the shipped "
+        "config.yaml has a demo route and commented OpenAI, Anthropic and local ones), or set "
+        "CTXWARDEN_ROUTES\n")
 
 
 def test_missing_file(tmp_path: Path) -> None:

@@ -99,8 +99,9 @@ def _resolve(route: RouteSettings) -> Target:
         return Target("litellm", None, up.model, up.api_base, mock_response=up.mock_response,
                       **common)
     if key is None and up.api_key_env:
+        state = "is not set" if up.api_key_env not in os.environ else "is empty"
         raise _Misconfigured(f"upstream.api_key_env: the environment variable "
-                             f"{up.api_key_env} is not set")
+                             f"{up.api_key_env} {state}")
     try:
         model, provider, dyn_key, dyn_base = litellm.get_llm_provider(up.model,
                                                                        api_base=up.api_base)
