@@ -41,6 +41,7 @@ class Prepared:
     def headers(self) -> dict[str, str]:
         """What the client sees of the decisions (README: response headers)."""
         return {"X-Ctxwarden-Session": self.session,
+                "X-Ctxwarden-Turn": str(self.turn),  # the `turn` of its /admin rows
                 "X-Ctxwarden-Tokens-In": str(self.tokens_in),
                 "X-Ctxwarden-Tokens-Out": str(self.tokens_out),
                 "X-Ctxwarden-Evicted": str(self.evicted),

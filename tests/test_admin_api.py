@@ -236,3 +236,20 @@ async def test_chunk_routes_need_the_admin_key(aiohttp_client: ClientFactory,
         admin = await client.get(path, headers={"Authorization": "Bearer ak-admin-0002"})
         assert admin.status == 200
     assert await admin.read() == PNG
+
+
+async def test_chunk_with_a_turn_that_is_no_number_is_a_400(aiohttp_client: ClientFactory,
+                                                             tmp_path: Path) -> None:
+    """`/admin/chunk?…&turn=abc` says so rather than answering without the recall's query."""
+    app = init_app(Settings(store={"path": str(tmp_path / "db")}, routes=[]))
+    client = await aiohttp_client(app)
+    await app[STORE].offload([EvictedChunk("default", "s1", "c-txt", 2, "tool", "TRANSIENT", 4,
+                                           "plain text")])
+    ok = await client.get("/admin/chunk?session=s1&chunk_id=c-txt&turn=2")
+    assert ok.status == 200 and (await ok.json())["chunk"]["text"] == "plain text"
+    bad = await client.get("/admin/chunk?session=s1&chunk_id=c-txt&turn=abc")
+    assert bad.status == 400
+    assert await bad.json() == {"error": {
+        "message": "Query parameter 'turn' must be a turn number (0 or more), not 'abc' "
+                   "(see /admin/evictions).",
+        "type": "invalid_request_error", "code": "invalid_value", "param": "turn"}}

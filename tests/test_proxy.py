@@ -313,3 +313,21 @@ async def test_healthz_is_503_while_the_store_cannot_open(
             break
         await asyncio.sleep(0.05)
     assert await resp.json() == {"status": "ok", "routes": 1, "store": "LanceStore"}
+
+
+async def test_turn_header_names_the_decision_logs_turn(make_client: Any,
+                                                        upstream: UpstreamServer,
+                                                        sdk: SDK) -> None:
+    """A request's `X-Ctxwarden-Turn` is the `turn` its evictions carry in /admin/evictions
+    and its row in /admin/turns: how a client finds the decisions of the request it made."""
+    upstream.context_window = 4000 - 200
+    client = await make_client()
+    msgs = long_session(14)
+    raw = await sdk(client).chat.completions.with_raw_response.create(
+        model="test-1", messages=msgs, extra_headers={"X-Session-ID": "sess-turn"})
+    turn = int(raw.headers["x-ctxwarden-turn"])
+    assert turn == sum(1 for m in msgs if m["role"] == "assistant")
+    events = (await (await client.get("/admin/evictions?session=sess-turn")).json())["events"]
+    assert events and {e["turn"] for e in events} == {turn}
+    turns = (await (await client.get("/admin/turns?session=sess-turn")).json())["turns"]
+    assert [t["turn"] for t in turns] == [turn]

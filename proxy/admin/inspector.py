@@ -71,12 +71,16 @@ async def chunk(request: web.Request) -> web.Response:
     if not chunk_id:
         raise InvalidRequest("Query parameter 'chunk_id' is required (see /admin/evictions).",
                              code="missing_chunk_id", param="chunk_id")
+    turn = request.query.get("turn", "")
+    if turn and not turn.isdigit():  # said, not ignored: the answer would lack its recall
+        raise InvalidRequest(f"Query parameter 'turn' must be a turn number (0 or more), "
+                             f"not {turn[:40]!r} (see /admin/evictions).",
+                             code="invalid_value", param="turn")
     c = await offloaded(request, session, chunk_id)
     body: dict[str, Any] = {"chunk": {"chunk_id": c.chunk_id, "turn": c.turn, "role": c.role,
                                       "class": c.klass, "tokens": c.tokens, "text": c.text},
                             "recall": None}
-    turn = request.query.get("turn", "")
-    if turn.isdigit():
+    if turn:
         await _flush_turns(request.app)
         tenant, store = tenant_of(request), request.app[STORE]
         events = [e for e in await store.events(tenant, session) if e.turn == int(turn)]
