@@ -53,6 +53,9 @@ class ServerSettings(_Strict):
     # worker processes that measure half of a history sent whole for the first time
     # (proxy/coldpool.py); 0 measures everything in the server's own process
     cold_workers: int = Field(1, ge=0, le=8)
+    # the bodies forwarded for each session's last turns, kept in memory (GET /admin/sent,
+    # docs/inspector.md); 0 keeps none
+    keep_sent: int = Field(8, ge=0)
 
 
 class StoreSettings(_Strict):

@@ -28,6 +28,7 @@ from proxy.recount import Recounter
 from proxy.relate import Relater
 from proxy.replica import Replica
 from proxy.runtime import RouteRuntime, resolve_window, too_long
+from proxy.sent import SentBodies
 from proxy.session import SessionKey, Sessions, SessionState
 from proxy.tokens import REPLY_PRIMING
 from proxy.turnlog import TurnLog, summary
@@ -50,6 +51,7 @@ class Pipeline:
         self.turns = TurnLog(store)  # per-turn summaries for the inspector, off the hot path
         self.cold = ColdPool(settings.server.cold_workers)  # whole histories on two cores
         self.recount = Recounter()  # ... their estimated messages counted afterwards
+        self.sent = SentBodies(settings.server.keep_sent)  # GET /admin/sent
         # Vectors refine relevance where the store's embedder has them (a LanceStore's).
         self.relater = Relater(getattr(store, "embedder", None))
         # ... and its child process stops while a cold history is prepared (proxy/hush.py)
@@ -104,6 +106,7 @@ class Pipeline:
                 if not defer:
                     await prepared.commit()
             self.recount.later(state, rt.analyzer)
+            self.sent.put(tenant, sid, prepared.turn, prepared.body)
             self.sessions.account(tenant, sid, state)
             return prepared
 

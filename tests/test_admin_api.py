@@ -251,5 +251,5 @@ async def test_chunk_with_a_turn_that_is_no_number_is_a_400(aiohttp_client: Clie
     assert bad.status == 400
     assert await bad.json() == {"error": {
         "message": "Query parameter 'turn' must be a turn number (0 or more), not 'abc' "
-                   "(see /admin/evictions).",
+                   "(see /admin/turns).",
         "type": "invalid_request_error", "code": "invalid_value", "param": "turn"}}

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import openai
+import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
@@ -331,3 +332,40 @@ async def test_turn_header_names_the_decision_logs_turn(make_client: Any,
     assert events and {e["turn"] for e in events} == {turn}
     turns = (await (await client.get("/admin/turns?session=sess-turn")).json())["turns"]
     assert [t["turn"] for t in turns] == [turn]
+
+
+async def test_admin_sent_gives_back_the_body_forwarded_byte_for_byte(
+        make_client: Any, upstream: UpstreamServer, sdk: SDK) -> None:
+    """What a turn sent, stubs and all, as the upstream received it (but `model`, which the
+    transport sets to the route's upstream model); the turns kept are named, and a turn or
+    session not kept is a 404 that says what is."""
+    upstream.context_window = 4000 - 200
+    client = await make_client()
+    api = sdk(client)
+    msgs = long_session(14)
+    turns = []
+    for history in (msgs, [*msgs, assistant("Read them all."), user("Now fix m3.")]):
+        raw = await api.chat.completions.with_raw_response.create(
+            model="test-1", messages=history, extra_headers={"X-Session-ID": "sess-sent"})
+        turns.append(int(raw.headers["x-ctxwarden-turn"]))
+    first, second = (r.body for r in upstream.history[-2:])
+    assert "offloaded as chunk" in orjson.dumps(second).decode()  # stubs were sent
+    latest = await client.get("/admin/sent?session=sess-sent")
+    assert latest.status == 200 and latest.content_type == "application/json"
+    assert latest.headers["X-Ctxwarden-Turn"] == str(turns[1])
+    assert latest.headers["X-Ctxwarden-Kept-Turns"] == f"{turns[0]},{turns[1]}"
+    assert {**orjson.loads(await latest.read()), "model": "gpt-4o"} == second
+    earlier = await client.get(f"/admin/sent?session=sess-sent&turn={turns[0]}")
+    assert {**orjson.loads(await earlier.read()), "model": "gpt-4o"} == first
+    missing = await client.get("/admin/sent?session=sess-sent&turn=3")
+    assert missing.status == 404 and await missing.json() == {"error": {
+        "message": f"No forwarded body for turn 3 of session 'sess-sent' (kept: turns "
+                   f"{turns[0]}, {turns[1]}). This process keeps the last 8 turns' bodies "
+                   "of each session it served (server.keep_sent), in memory only.",
+        "type": "invalid_request_error", "code": "sent_not_found", "param": "turn"}}
+    unknown = await client.get("/admin/sent?session=nobody")
+    assert unknown.status == 404 and (await unknown.json())["error"] == {
+        "message": "No forwarded body for session 'nobody' (none kept for it). This process "
+                   "keeps the last 8 turns' bodies of each session it served "
+                   "(server.keep_sent), in memory only.",
+        "type": "invalid_request_error", "code": "sent_not_found", "param": "session"}

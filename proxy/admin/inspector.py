@@ -9,6 +9,10 @@
                                      "recall": {"turn", "query"} | null}
         the exact offloaded text (the store keeps it whole); with `turn`, the query that
         recalled the chunk at that turn, when it was recalled then.
+    GET /admin/sent?session=ID[&turn=N]
+                                  → the body forwarded for that turn (the latest if no
+                                     turn), byte for byte; X-Ctxwarden-Turn names its turn,
+                                     X-Ctxwarden-Kept-Turns the turns kept (proxy/sent.py)
     GET /admin/store              → {"store", "backlog", "rows"}: what is still being embedded
         rows: the store's counts and lags (LanceStore.stats), and `vectors_pending`: new
         passages waiting for the vectors that refine relevance (the embedder's last job)
@@ -29,7 +33,7 @@ from aiohttp import web
 
 from proxy.admin.api import tenant_of
 from proxy.admin.chunks import offloaded
-from proxy.errors import InvalidRequest
+from proxy.errors import InvalidRequest, RouteNotFound
 from proxy.keys import PIPELINE, STORE
 from proxy.turnlog import view
 
@@ -71,24 +75,48 @@ async def chunk(request: web.Request) -> web.Response:
     if not chunk_id:
         raise InvalidRequest("Query parameter 'chunk_id' is required (see /admin/evictions).",
                              code="missing_chunk_id", param="chunk_id")
-    turn = request.query.get("turn", "")
-    if turn and not turn.isdigit():  # said, not ignored: the answer would lack its recall
-        raise InvalidRequest(f"Query parameter 'turn' must be a turn number (0 or more), "
-                             f"not {turn[:40]!r} (see /admin/evictions).",
-                             code="invalid_value", param="turn")
+    turn = _turn(request)  # said, not ignored: the answer would lack its recall
     c = await offloaded(request, session, chunk_id)
     body: dict[str, Any] = {"chunk": {"chunk_id": c.chunk_id, "turn": c.turn, "role": c.role,
                                       "class": c.klass, "tokens": c.tokens, "text": c.text},
                             "recall": None}
-    if turn:
+    if turn is not None:
         await _flush_turns(request.app)
         tenant, store = tenant_of(request), request.app[STORE]
-        events = [e for e in await store.events(tenant, session) if e.turn == int(turn)]
+        events = [e for e in await store.events(tenant, session) if e.turn == turn]
         if any(e.action == "recall" and e.chunk_id == chunk_id for e in events):
-            rows = [t for t in await store.turns(tenant, session) if t.turn == int(turn)]
+            rows = [t for t in await store.turns(tenant, session) if t.turn == turn]
             query = rows[0].data.get("query", "") if rows else ""
-            body["recall"] = {"turn": int(turn), "query": query}
+            body["recall"] = {"turn": turn, "query": query}
     return _json(body)
+
+
+def _turn(request: web.Request) -> int | None:
+    turn = request.query.get("turn", "")
+    if turn and not turn.isdigit():  # said, not ignored: another turn would answer
+        raise InvalidRequest(f"Query parameter 'turn' must be a turn number (0 or more), "
+                             f"not {turn[:40]!r} (see /admin/turns).",
+                             code="invalid_value", param="turn")
+    return int(turn) if turn else None
+
+
+async def sent(request: web.Request) -> web.Response:
+    session, turn = _session(request), _turn(request)
+    bodies, tenant = request.app[PIPELINE].sent, tenant_of(request)
+    got = bodies.get(tenant, session, turn)
+    kept = bodies.turns(tenant, session)
+    if got is None:
+        which = f"turn {turn} of session {session!r}" if turn is not None else \
+            f"session {session!r}"
+        where = (f"kept: turns {', '.join(map(str, kept))}" if kept else
+                 "none kept for it")
+        raise RouteNotFound(f"No forwarded body for {which} ({where}). This process keeps "
+                            f"the last {bodies.per_session} turns' bodies of each session "
+                            "it served (server.keep_sent), in memory only.",
+                            code="sent_not_found", param="turn" if kept else "session")
+    return web.Response(body=got.raw, content_type="application/json",
+                        headers={"X-Ctxwarden-Turn": str(got.turn),
+                                 "X-Ctxwarden-Kept-Turns": ",".join(map(str, kept))})
 
 
 async def store_state(request: web.Request) -> web.Response:
@@ -120,6 +148,7 @@ def setup_inspector(app: web.Application) -> None:
     app.router.add_get("/admin/turns", turns)
     app.router.add_get("/admin/chunk", chunk)
     app.router.add_get("/admin/store", store_state)
+    app.router.add_get("/admin/sent", sent)
     app.router.add_get("/ui", ui_redirect)
     app.router.add_get("/ui/", ui_index)
     app.router.add_static("/ui/", UI_DIR, append_version=False)
