@@ -174,6 +174,7 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     ranked = sorted(cands.values(),
                     key=lambda x: (-x[0], -x[1].score, x[1].chunk_id, x[1].piece))
     covered: dict[str, set[str]] = {}  # chunk id -> query terms its chosen passages match
+    extended: dict[tuple[str, int], str] = {}  # (chunk, piece) -> its text before `continued`
 
     def novel_first() -> Iterator[tuple[float, Hit, str]]:
         """A passage matching no query term that its chunk's chosen passages do not (the
@@ -195,6 +196,7 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
         if m is None:
             continue
         matches = qterms.intersection(terms(h.text))
+        plain = h.text
         if following is not None:
             h = replace(h, text=continued(h.text, following(h.chunk_id, h.piece), qterms))
         tokens = count(h.text) + 16  # its header line in the block
@@ -203,6 +205,8 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
             tokens = count(h.text) + 16
             if not h.text or used + tokens > budget:
                 continue
+        elif h.text != plain:
+            extended[(h.chunk_id, h.piece)] = plain
         if not why:
             matched = sorted(dict.fromkeys(t for t in terms(h.text) if t in qterms),
                              key=lambda t: (t.isalpha(), -len(t)))
@@ -215,6 +219,18 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
         used += tokens
         if len(out) >= top_k:
             break
+    return _unrepeated(out, extended, count)
+
+
+def _unrepeated(out: list[Recalled], extended: dict[tuple[str, int], str],
+                count: Any) -> list[Recalled]:
+    """A passage that took the next one's first lines along (`continued`) gives them back
+    when that passage is recalled too: the block shows them right after, once."""
+    chosen = {(r.hit.chunk_id, r.hit.piece) for r in out}
+    for i, r in enumerate(out):
+        plain = extended.get((r.hit.chunk_id, r.hit.piece))
+        if plain is not None and (r.hit.chunk_id, r.hit.piece + 1) in chosen:
+            out[i] = replace(r, hit=replace(r.hit, text=plain), tokens=count(plain) + 16)
     return out
 
 

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from proxy.excerpt import continued, focus
-from proxy.recall import ChunkMeta, select
+from proxy.recall import ChunkMeta, render, select
 from store.relevance import Hit, RelevanceIndex
 from store.terms import terms
 
@@ -111,3 +111,27 @@ def test_a_passage_that_adds_a_query_word_goes_before_its_chunks_repeats() -> No
                  min_relevance=0.1, min_relative=0.5, top_k=8, budget=1000, count=COUNT)
     assert [(r.hit.chunk_id, r.hit.piece) for r in got] == [
         ("aaaa", 0), ("bbbb", 0), ("aaaa", 1), ("aaaa", 2)]
+
+
+def test_a_record_continued_into_a_passage_recalled_too_is_not_repeated() -> None:
+    """A passage that takes the next one's first lines along gives them back when the next
+    passage is recalled as well: the block shows those lines once."""
+    idx = RelevanceIndex()
+    idx.add("inv", LISTING)
+    texts = [idx.passage_text(n) for n in range(idx.passages_count)]
+    k, name, total = next((k, n, t) for k, text in enumerate(texts) for n, t in RECORDS
+                          if n in text and t not in text)
+    query = f"How much is {name} for altogether? Which vendor, which due date?"
+    assert continued(texts[k], texts[k + 1], q(query)) != texts[k]  # it would take lines
+    hits = [Hit("inv", n, texts[n], 2.0 - n / 100, 0.5) for n in (k, k + 1)]
+    meta = {"inv": ChunkMeta(1, "tool", "TRANSIENT")}
+    got = select(hits, {"inv"}, meta, query=query, min_relevance=0.1, min_relative=0.0,
+                 top_k=4, budget=10_000, count=COUNT, following=idx.following)
+    assert [r.hit.piece for r in got] == [k, k + 1]
+    assert got[0].hit.text == texts[k] and got[0].tokens == len(texts[k]) + 16
+    assert got[1].hit.text.startswith(texts[k + 1].rstrip("\n"))
+    head = texts[k + 1].splitlines()[0]
+    assert render(got).count(head) == 1
+    alone = select(hits[:1], {"inv"}, meta, query=query, min_relevance=0.1, min_relative=0.0,
+                   top_k=4, budget=10_000, count=COUNT, following=idx.following)
+    assert total in alone[0].hit.text  # recalled alone, it still brings its total along
