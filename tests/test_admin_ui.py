@@ -8,6 +8,7 @@ Skipped only when no Chromium is installed (`make browser` installs it as root).
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 from collections import defaultdict
@@ -119,6 +120,15 @@ async def test_inspector_shows_what_the_api_reports(aiohttp_client: ClientFactor
             await page.locator("#detail-query").wait_for()
             assert await page.locator("#detail-query-text").text_content() == LATE_QUESTION
             assert await page.locator("#detail-text").text_content() == ADR
+            # ... and the request that turn forwarded, the recall block in it
+            sent = await (await client.get(
+                f"/admin/sent?session=demo-ui&turn={turns[-1]['turn']}")).json()
+            await page.locator("#detail-sent summary").click()
+            await page.wait_for_function(
+                "document.getElementById('detail-sent-text').textContent.length > 0")
+            shown = await page.locator("#detail-sent-text").text_content()
+            assert shown is not None and json.loads(shown) == sent
+            assert "ADR-012" in sent["messages"][-1]["content"]  # recalled into the last
             assert errors == []
 
             shot = tmp_path / "inspector.png"

@@ -1,6 +1,7 @@
 // ctxwarden inspector: plain JS, no build step. Reads the admin API only:
 //   /admin/sessions, /admin/evictions (the decision table, same as `ctxwarden log --json`),
-//   /admin/turns (per-turn tokens by class), /admin/chunk (exact text, recall query);
+//   /admin/turns (per-turn tokens by class), /admin/chunk (exact text, recall query),
+//   /admin/sent (the body a turn forwarded, while the proxy keeps it);
 //   an event's `media` (images, audio, files of an evicted message) is named in its detail.
 // Every string from the API goes into the page as text (textContent), never as HTML.
 "use strict";
@@ -240,7 +241,20 @@ async function showDetail(i) {
   $("detail-text").textContent = chunk.text;
   $("detail-query").hidden = !recall;
   $("detail-query-text").textContent = recall ? recall.query : "";
+  showSent(e.turn);
   $("detail").scrollIntoView({ block: "nearest" });
+}
+
+// The body the turn forwarded (kept in the proxy's memory for each session's last turns):
+// its latest answer only, when details are clicked in quick succession.
+function showSent(turn) {
+  const ask = (state.sentAsk = (state.sentAsk || 0) + 1);
+  const out = $("detail-sent-text");
+  out.textContent = "";
+  const q = new URLSearchParams({ session: state.session, turn: String(turn) });
+  api(`/admin/sent?${q}`, state.tenant).then(
+    (body) => { if (ask === state.sentAsk) out.textContent = JSON.stringify(body, null, 2); },
+    (err) => { if (ask === state.sentAsk) out.textContent = err.message; });
 }
 
 // ---- wiring ---------------------------------------------------------------------------
