@@ -47,6 +47,8 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
     shown = set().union(*(b.keys for b in kept))
     count = rt.counter.text
     cap = settings.budget(room) - rt.block_overhead - result.tokens
+    if asked_now and rel.step.asks:  # and what the request leaves free: nothing evicted
+        cap = max(cap, room - fit.tokens - result.tokens - rt.block_overhead)
     stated: frozenset[tuple[str, int]] = frozenset()
     if rel.step.asks and asks_quantity(rel.step.words):  # proxy/answers.py
         words = set(terms(rel.step.words)).union(*(terms(w) for w in rel.related))

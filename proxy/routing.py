@@ -67,7 +67,9 @@ class RecallSettings(_Strict):
     chunk comes back when its strength (BM25 over the query's ideal, in [0, 1]) reaches
     `min_relevance` and its score is within `min_relative` of the session's best match.
     `budget_fraction` of the room is the most a recall may take, and only on turns that
-    recall. The defaults are calibrated in docs/design-notes.md."""
+    recall (evicting to make room if it must); on a turn where the user asks, it may also
+    take the room the request leaves free. The defaults are calibrated in
+    docs/design-notes.md."""
 
     enabled: bool = True
     budget_fraction: float = Field(0.10, ge=0, le=0.5)

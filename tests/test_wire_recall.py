@@ -759,3 +759,30 @@ async def test_a_tool_turn_after_a_history_sent_whole_leaves_the_indexing_to_the
     assert waiting[0][0] > EAGER  # the premise: the history was left to the background
     assert min(waiting[0]) > EAGER  # and no tool turn caught up with it
     assert "ZFA04Y" in json.dumps(runs[0][1])  # its identifier's record still recalled
+
+
+async def test_a_question_may_fill_the_room_left_beyond_the_recall_share(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """`recall.budget_fraction` bounds what a recall takes of the budget, evicting to make
+    room if it must; on a turn where the user asks, recall may also take the room the
+    request leaves free anyway (it fits the budget, nothing more is evicted for it). A
+    tool turn stays within the share."""
+    recall = {"budget_fraction": 0.02, "min_budget_tokens": 0}
+    client = await aiohttp_client(init_app(settings(upstream, recall=recall),
+                                           store=NoSearchStore()))
+    history = agent_session(16)
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+    asked = [*history, assistant("Handlers are done."),
+             user("Which machine hosts the staging database, how long are backups kept, "
+                  "and how long is log retention?")]
+    resp = await post(client, asked)
+    turn = int(resp.headers["X-Ctxwarden-Turn"])
+    rows = (await (await client.get("/admin/turns", params={"session": "s-1"})).json())["turns"]
+    row = next(r for r in rows if r["turn"] == turn)
+    share = row["recall_budget"]
+    assert 0 < share < row["recall_block"]  # more than the share, within the budget
+    assert all(r["recall_block"] <= r["recall_budget"] for r in rows if r["turn"] < turn)
+    assert row["tokens_out"] <= row["budget"] + row["tools"]
+    sent = upstream.history[-1].body["messages"][-1]["content"]
+    assert ANSWER in sent and "30 days" in sent and "14 days hot" in sent
