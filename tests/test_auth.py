@@ -266,16 +266,19 @@ def test_keys_from_env_and_config_errors(monkeypatch: pytest.MonkeyPatch) -> Non
         load_settings()
 
 
+KEYS_FROM_ENV = Settings(store={"path": ":memory:"},
+                         auth={"mode": "proxy_keys", "keys_env": "CTXW_TEST_CLIENTS",
+                               "admin_keys_env": "CTXW_TEST_ADMINS"},
+                         routes=[{"name": "r", "upstream": {
+                             "model": "openai/x", "api_key_env": "CTXW_TEST_UPSTREAM"}}])
+
+
 def test_every_unset_key_variable_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both `*_env` of auth and a route's `api_key_env` unset: one error lists all three,
     rather than one per start-up."""
     for name in ("CTXW_TEST_CLIENTS", "CTXW_TEST_ADMINS", "CTXW_TEST_UPSTREAM"):
         monkeypatch.delenv(name, raising=False)
-    s = Settings(store={"path": ":memory:"},
-                 auth={"mode": "proxy_keys", "keys_env": "CTXW_TEST_CLIENTS",
-                       "admin_keys_env": "CTXW_TEST_ADMINS"},
-                 routes=[{"name": "r", "upstream": {"model": "openai/x",
-                                                    "api_key_env": "CTXW_TEST_UPSTREAM"}}])
+    s = KEYS_FROM_ENV
     with pytest.raises(ConfigError) as info:
         init_app(s, store=MemoryStore())
     assert str(info.value) == (
@@ -289,6 +292,21 @@ def test_every_unset_key_variable_is_reported_at_once(monkeypatch: pytest.Monkey
     assert str(info.value).splitlines()[:2] == [
         "auth.admin_keys_env: the environment variable CTXW_TEST_ADMINS is not set",
         "auth.keys: mode proxy_keys needs at least one key (auth.keys or auth.keys_env)"]
+
+
+def test_a_key_variable_set_but_empty_is_called_empty_not_unset(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`CTXWARDEN_KEYS=` (exported, empty) is not "not set": the message says which."""
+    monkeypatch.setenv("CTXW_TEST_CLIENTS", "")
+    monkeypatch.setenv("CTXW_TEST_UPSTREAM", "")
+    monkeypatch.delenv("CTXW_TEST_ADMINS", raising=False)
+    with pytest.raises(ConfigError) as info:
+        init_app(KEYS_FROM_ENV, store=MemoryStore())
+    assert str(info.value) == (
+        "auth.keys_env: the environment variable CTXW_TEST_CLIENTS is empty (it holds no key)\n"
+        "auth.admin_keys_env: the environment variable CTXW_TEST_ADMINS is not set\n"
+        "routes[0] ('r'): upstream.api_key_env: the environment variable CTXW_TEST_UPSTREAM "
+        "is empty")
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -322,22 +340,3 @@ async def test_passthrough_writes_nothing_for_a_key_the_provider_refuses(
     finally:
         await upstream.close()
 
-
-def test_a_key_variable_set_but_empty_is_called_empty_not_unset(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """`CTXWARDEN_KEYS=` (exported, empty) is not "not set": the message says which."""
-    monkeypatch.setenv("CTXW_TEST_CLIENTS", "")
-    monkeypatch.setenv("CTXW_TEST_UPSTREAM", "")
-    monkeypatch.delenv("CTXW_TEST_ADMINS", raising=False)
-    s = Settings(store={"path": ":memory:"},
-                 auth={"mode": "proxy_keys", "keys_env": "CTXW_TEST_CLIENTS",
-                       "admin_keys_env": "CTXW_TEST_ADMINS"},
-                 routes=[{"name": "r", "upstream": {"model": "openai/x",
-                                                    "api_key_env": "CTXW_TEST_UPSTREAM"}}])
-    with pytest.raises(ConfigError) as info:
-        init_app(s, store=MemoryStore())
-    assert str(info.value) == (
-        "auth.keys_env: the environment variable CTXW_TEST_CLIENTS is empty (it holds no key)\n"
-        "auth.admin_keys_env: the environment variable CTXW_TEST_ADMINS is not set\n"
-        "routes[0] ('r'): upstream.api_key_env: the environment variable CTXW_TEST_UPSTREAM "
-        "is empty")
