@@ -106,7 +106,6 @@ class Pipeline:
                 if not defer:
                     await prepared.commit()
             self.recount.later(state, rt.analyzer)
-            self.sent.put(tenant, sid, prepared.turn, prepared.body)
             self.sessions.account(tenant, sid, state)
             return prepared
 
@@ -193,6 +192,8 @@ class Pipeline:
             tokens_in=tokens_in, tokens_out=tokens_out, recall_tokens=recall.tokens,
             query=recall.query)
 
+        forwarded = {**body, "messages": out}
+
         async def commit() -> None:
             await self._write(chunks, events)
             state.evicted |= {d.part.chunk.id for d in fit.new}
@@ -202,9 +203,10 @@ class Pipeline:
             if self.replica is not None:  # after the chunks, before the forward
                 await self.replica.publish(state, tenant, session)
             self.turns.submit(row)
+            self.sent.put(tenant, session, conv.logged, forwarded)  # GET /admin/sent
 
         return Prepared(
-            body={**body, "messages": out}, route=rt.route, tenant=tenant, session=session,
+            body=forwarded, route=rt.route, tenant=tenant, session=session,
             turn=conv.logged, tokens_in=tokens_in, tokens_out=tokens_out, budget=room,
             evicted=len(fit.evicted), new_evictions=len(fit.new),
             recalled=sum(len(b.passages) for b in recall.blocks), prefix_ratio=ratio,

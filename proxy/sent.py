@@ -8,6 +8,8 @@ upstream model in `model` and, for a provider that is not OpenAI-wire, has LiteL
 translate it), per session the last `per_session` turns, and at most `max_bytes` in all
 (the oldest go first). In memory only: a restart or another replica does not have them
 (docs/inspector.md). A turn sent again (a retry, a parallel sub-call) keeps its latest body.
+A body is kept when its turn's write is (`Prepared.commit`): with auth passthrough, not
+before the provider has accepted the caller's key, so a bogus key keeps nothing here either.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 from proxy.app import init_app
 from proxy.auth import tenant_for_key
 from proxy.config import ConfigError, Settings, load_settings
-from proxy.keys import STORE
+from proxy.keys import PIPELINE, STORE
 from store.base import MemoryStore
 from tests.support.messages import long_session, user
 from tests.support.openai_server import UpstreamServer
@@ -322,6 +322,7 @@ async def test_passthrough_writes_nothing_for_a_key_the_provider_refuses(
         refused = await client.post(CHAT, json=evicting, headers=bearer(KEY_B))
         assert refused.status == 401
         assert await store.sessions() == [] and store.chunks == {}  # a bogus key: nothing
+        assert client.app[PIPELINE].sent.bytes == 0  # nor a body kept for /admin/sent
         assert len(upstream.history) == 1  # it did reach the provider, which said no
         accepted = await client.post(CHAT, json=evicting, headers=bearer(KEY_A))
         assert accepted.status == 200
@@ -329,6 +330,7 @@ async def test_passthrough_writes_nothing_for_a_key_the_provider_refuses(
         assert int(accepted.headers["X-Ctxwarden-Evicted"]) > 0
         mine = await store.sessions(tenant_for_key(KEY_A))
         assert len(mine) == 1 and store.chunks  # written once the provider said yes
+        assert client.app[PIPELINE].sent.turns(tenant_for_key(KEY_A), mine[0]["session"])
         assert await store.sessions(tenant_for_key(KEY_B)) == []
         # later turns of a proven key are written before they are forwarded, as always
         upstream.enqueue_error(500)
