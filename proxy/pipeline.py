@@ -172,7 +172,6 @@ class Pipeline:
         if settings.cross_session and not recall.passages and rel.step.text:
             recall = await across_sessions(self.store, rt, conv, fit, recall, tenant, session,
                                              room)
-        state.blocks = recall.blocks
         # assemble: kept messages, stubs and cuts, the recall blocks on their hosts
         costs = [rt.fitter.part_cost(conv, p, fit.evicted) for p in conv.parts]
         out = rt.fitter.assemble(conv, messages, fit.evicted, fit.cuts)
@@ -182,7 +181,6 @@ class Pipeline:
         chunks, events = record(rt, conv, fit, recall, tenant, session, messages)
         prompt = fingerprints(conv, costs, fit, recall.blocks)
         ratio = prefix_ratio(state.last_prompt, prompt)
-        state.last_prompt = prompt
         tokens_out = fit.tokens + recall.tokens + tools_tokens
         recalled = [e for e in events if e.action == "recall"]
         row = summary(
@@ -198,6 +196,7 @@ class Pipeline:
             await self._write(chunks, events)
             state.evicted |= {d.part.chunk.id for d in fit.new}
             state.evicted -= {d.part.chunk.id for d in fit.restored}
+            state.blocks, state.last_prompt = recall.blocks, prompt  # what was sent
             for r in recall.passages:
                 state.recall_refs.setdefault(r.hit.chunk_id, []).append(conv.turn)
             if self.replica is not None:  # after the chunks, before the forward

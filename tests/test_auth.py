@@ -322,7 +322,9 @@ async def test_passthrough_writes_nothing_for_a_key_the_provider_refuses(
         refused = await client.post(CHAT, json=evicting, headers=bearer(KEY_B))
         assert refused.status == 401
         assert await store.sessions() == [] and store.chunks == {}  # a bogus key: nothing
-        assert client.app[PIPELINE].sent.bytes == 0  # nor a body kept for /admin/sent
+        pipeline = client.app[PIPELINE]
+        assert pipeline.sent.bytes == 0  # nor a body kept for /admin/sent, nor the session's
+        assert [s.last_prompt for s in pipeline.sessions._states.values()] == [[]]  # prompt
         assert len(upstream.history) == 1  # it did reach the provider, which said no
         accepted = await client.post(CHAT, json=evicting, headers=bearer(KEY_A))
         assert accepted.status == 200
