@@ -105,3 +105,21 @@ def window(line: str, qterms: set[str], chars: int) -> str:
         end = line.rfind(" ", start, end)
     return (("… " if start else "") + line[start:end].strip()
             + (" …" if end < len(line) else ""))
+
+
+def without_taken(shown: str, plain: str, full: str) -> str:
+    """`shown`, the lines `focus` kept of `full` (`plain` and the next passage's first
+    lines), less those of the next passage: each shown line is matched, in order, to the
+    earliest line of `full` it can be (so a line both hold stays)."""
+    lines = [ln for ln in full.splitlines() if ln.strip()]
+    own = len([ln for ln in plain.splitlines() if ln.strip()])
+    kept: list[str] = []
+    j = 0
+    for ln in shown.splitlines():
+        k = next((k for k in range(j, len(lines)) if lines[k] == ln), None)
+        if k is None:  # not a whole line of `full` (a window of a long line): keep all
+            return shown
+        if k < own:
+            kept.append(ln)
+        j = k + 1
+    return "\n".join(kept) if kept else shown

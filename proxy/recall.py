@@ -31,7 +31,7 @@ from typing import Any
 
 from proxy.answers import BOOST
 from proxy.chunking import Conversation
-from proxy.excerpt import continued, focus
+from proxy.excerpt import continued, focus, without_taken
 from proxy.step import Related
 from store.base import Event
 from store.relevance import Hit
@@ -174,7 +174,8 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     ranked = sorted(cands.values(),
                     key=lambda x: (-x[0], -x[1].score, x[1].chunk_id, x[1].piece))
     covered: dict[str, set[str]] = {}  # chunk id -> query terms its chosen passages match
-    extended: dict[tuple[str, int], str] = {}  # (chunk, piece) -> its text before `continued`
+    # (chunk, piece) -> its text before `continued`, and after
+    extended: dict[tuple[str, int], tuple[str, str]] = {}
 
     def novel_first() -> Iterator[tuple[float, Hit, str]]:
         """A passage matching no query term that its chunk's chosen passages do not (the
@@ -199,14 +200,15 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
         plain = h.text
         if following is not None:
             h = replace(h, text=continued(h.text, following(h.chunk_id, h.piece), qterms))
+        full = h.text
         tokens = count(h.text) + 16  # its header line in the block
         if used + tokens > budget:  # too big for what is left: keep the lines that match
             h = replace(h, text=focus(h.text, qterms, budget - used - 16, count))
             tokens = count(h.text) + 16
             if not h.text or used + tokens > budget:
                 continue
-        elif h.text != plain:
-            extended[(h.chunk_id, h.piece)] = plain
+        if full != plain:  # it took the next passage's first lines (focused or not)
+            extended[(h.chunk_id, h.piece)] = (plain, full)
         if not why:
             matched = sorted(dict.fromkeys(t for t in terms(h.text) if t in qterms),
                              key=lambda t: (t.isalpha(), -len(t)))
@@ -222,15 +224,20 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     return _unrepeated(out, extended, count)
 
 
-def _unrepeated(out: list[Recalled], extended: dict[tuple[str, int], str],
+def _unrepeated(out: list[Recalled], extended: dict[tuple[str, int], tuple[str, str]],
                 count: Any) -> list[Recalled]:
     """A passage that took the next one's first lines along (`continued`) gives them back
-    when that passage is recalled too: the block shows them right after, once."""
+    when that passage is recalled too: the block shows them right after, once. So does
+    one cut to the budget (`focus`) after it took them: the lines it kept of them go."""
     chosen = {(r.hit.chunk_id, r.hit.piece) for r in out}
     for i, r in enumerate(out):
-        plain = extended.get((r.hit.chunk_id, r.hit.piece))
-        if plain is not None and (r.hit.chunk_id, r.hit.piece + 1) in chosen:
-            out[i] = replace(r, hit=replace(r.hit, text=plain), tokens=count(plain) + 16)
+        ext = extended.get((r.hit.chunk_id, r.hit.piece))
+        if ext is None or (r.hit.chunk_id, r.hit.piece + 1) not in chosen:
+            continue
+        plain, full = ext
+        text = plain if r.hit.text == full else without_taken(r.hit.text, plain, full)
+        if text != r.hit.text:
+            out[i] = replace(r, hit=replace(r.hit, text=text), tokens=count(text) + 16)
     return out
 
 

@@ -135,3 +135,31 @@ def test_a_record_continued_into_a_passage_recalled_too_is_not_repeated() -> Non
     alone = select(hits[:1], {"inv"}, meta, query=query, min_relevance=0.1, min_relative=0.0,
                    top_k=4, budget=10_000, count=COUNT, following=idx.following)
     assert total in alone[0].hit.text  # recalled alone, it still brings its total along
+
+
+def test_a_continued_passage_cut_to_the_budget_does_not_repeat_the_next_ones_lines() -> None:
+    """The next passage is recalled first (it scores higher), then the one before it takes
+    that passage's first lines along (`continued`) and is cut to the budget left
+    (`focus`): the lines it kept of the next passage are not shown a second time."""
+    idx = RelevanceIndex()
+    idx.add("inv", LISTING)
+    texts = [idx.passage_text(n) for n in range(idx.passages_count)]
+    k, name, total = next((k, n, t) for k, text in enumerate(texts) for n, t in RECORDS
+                          if n in text and t not in text)
+    query = f"How much is {name} for altogether? Which vendor, which due date?"
+    full = continued(texts[k], texts[k + 1], q(query))
+    assert full != texts[k]
+    hits = [Hit("inv", k + 1, texts[k + 1], 3.0, 0.9), Hit("inv", k, texts[k], 2.0, 0.5)]
+    meta = {"inv": ChunkMeta(1, "tool", "TRANSIENT")}
+    budget = (len(texts[k + 1]) + 16) + (len(full) + 16) - 40  # the second one is cut
+    got = select(hits, {"inv"}, meta, query=query, min_relevance=0.1, min_relative=0.0,
+                 top_k=4, budget=budget, count=COUNT, following=idx.following)
+    assert sorted(r.hit.piece for r in got) == [k, k + 1]
+    block = render(got)
+    taken = [ln for ln in full[len(texts[k].rstrip("\n")):].splitlines()
+             if ln.strip() and LISTING.count(ln) == 1]  # lines only that record holds
+    assert taken
+    for ln in taken:
+        assert block.count(ln) == 1, ln
+    first = next(r for r in got if r.hit.piece == k)
+    assert name in first.hit.text and first.tokens == len(first.hit.text) + 16
