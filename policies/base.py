@@ -73,6 +73,8 @@ class Policy:
     name: ClassVar[str] = ""
     #: the reason written to the eviction log
     reason: ClassVar[str] = "budget"
+    #: ... for what `forced` evicts (None: `reason`)
+    forced_reason: ClassVar[str | None] = None
 
     def priority(self, chunk: Chunk, ctx: PolicyContext) -> float:
         raise NotImplementedError

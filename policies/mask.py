@@ -25,7 +25,9 @@ class Mask(BatchPolicy):
     """Forced: every tool output but the newest `keep`; then oldest first."""
 
     name = "mask"
-    reason: ClassVar[str] = "observation masked (older than the last tool outputs kept)"
+    forced_reason: ClassVar[str | None] = (
+        "observation masked (older than the last tool outputs kept)")
+    reason: ClassVar[str] = "oldest first: masking alone did not fit the budget"
 
     def __init__(self, keep: int = 10) -> None:
         self.keep = int(number("keep", keep, lo=0))

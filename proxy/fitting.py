@@ -139,7 +139,8 @@ class Fitter(Accounting):
             part = by_id[r.chunk.id]
             if part.group is not None and part.role in RESULTS and (
                     part.chunk.tokens > self.stub_cost(part)):
-                total = self._evict(conv, part, r, policy, fit, total)
+                total = self._evict(conv, part, r, policy, fit, total,
+                                    policy.forced_reason or policy.reason)
         if total > budget:
             candidates = [p.chunk for p in parts if p.chunk.id not in evicted]
             ranking = policy.rank(candidates, ctx)
@@ -242,11 +243,11 @@ class Fitter(Accounting):
         cut(self.counter, lambda p: self.part_cost(conv, p, fit.evicted), conv, fit, budget)
 
     def _evict(self, conv: Conversation, part: Part, r: Ranked, policy: Policy, fit: Fit,
-               total: int) -> int:
+               total: int, reason: str | None = None) -> int:
         affected = self._affected(conv, part)
         before = sum(self.part_cost(conv, p, fit.evicted) for p in affected)
         fit.evicted.add(part.chunk.id)
-        fit.new.append(Decision(part, r.score, policy.reason))
+        fit.new.append(Decision(part, r.score, reason or policy.reason))
         return total - before + sum(self.part_cost(conv, p, fit.evicted) for p in affected)
 
     def _group_evictable(self, conv: Conversation, head: Part, evicted: set[str],

@@ -135,6 +135,28 @@ def test_mask_stubs_old_tool_outputs_even_under_budget() -> None:
     assert fit.tokens == cost(out)
 
 
+def test_mask_says_which_evictions_masking_made_and_which_the_budget_needed() -> None:
+    """Masking alone does not fit a small budget: the rest goes oldest first (the
+    agent's and the user's messages too), and the log says so, not "observation masked"
+    (a black-box run)."""
+    from policies import get_policy
+
+    msgs = session(6)
+    conv = Chunker(MessageAnalyzer(COUNTER), ClassificationSettings()).split(msgs)
+    fitter = Fitter(COUNTER)
+    fit = fitter.fit(conv, set(), cost(msgs) // 3, cost(msgs) // 4, get_policy("mask", keep=2),
+                     PolicyContext(turn=conv.turn))
+    validate_messages(fitter.assemble(conv, msgs, fit.evicted))
+    reasons = {d.part.role: set() for d in fit.new}
+    for d in fit.new:
+        reasons[d.part.role].add(d.reason)
+    masked = {"observation masked (older than the last tool outputs kept)"}
+    fallback = {"oldest first: masking alone did not fit the budget"}
+    assert reasons.keys() - {"tool"} and all(reasons[r] == fallback for r in reasons
+                                             if r != "tool")
+    assert reasons["tool"] == masked | fallback  # masked, then the newest two to fit
+
+
 def test_mask_turn_by_turn_in_a_roomy_window_restores_nothing_it_masked() -> None:
     """Restore (room returned after a spike) took back what `mask` masks whatever the
     budget: each turn masked the newly old output and restored the ones before it, a
