@@ -147,7 +147,7 @@ def test_mask_says_which_evictions_masking_made_and_which_the_budget_needed() ->
     fit = fitter.fit(conv, set(), cost(msgs) // 3, cost(msgs) // 4, get_policy("mask", keep=2),
                      PolicyContext(turn=conv.turn))
     validate_messages(fitter.assemble(conv, msgs, fit.evicted))
-    reasons = {d.part.role: set() for d in fit.new}
+    reasons: dict[str, set[str]] = {d.part.role: set() for d in fit.new}
     for d in fit.new:
         reasons[d.part.role].add(d.reason)
     masked = {"observation masked (older than the last tool outputs kept)"}

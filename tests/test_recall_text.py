@@ -113,15 +113,22 @@ def test_a_passage_that_adds_a_query_word_goes_before_its_chunks_repeats() -> No
         ("aaaa", 0), ("bbbb", 0), ("aaaa", 1), ("aaaa", 2)]
 
 
-def test_a_record_continued_into_a_passage_recalled_too_is_not_repeated() -> None:
-    """A passage that takes the next one's first lines along gives them back when the next
-    passage is recalled as well: the block shows those lines once."""
+def cut_record() -> tuple[RelevanceIndex, list[str], int, str, str, str]:
+    """The listing indexed; the first passage k whose record's total is in passage k + 1;
+    a question about that record's total, vendor and due date."""
     idx = RelevanceIndex()
     idx.add("inv", LISTING)
     texts = [idx.passage_text(n) for n in range(idx.passages_count)]
     k, name, total = next((k, n, t) for k, text in enumerate(texts) for n, t in RECORDS
                           if n in text and t not in text)
-    query = f"How much is {name} for altogether? Which vendor, which due date?"
+    return idx, texts, k, name, total, (f"How much is {name} for altogether? Which vendor, "
+                                        "which due date?")
+
+
+def test_a_record_continued_into_a_passage_recalled_too_is_not_repeated() -> None:
+    """A passage that takes the next one's first lines along gives them back when the next
+    passage is recalled as well: the block shows those lines once."""
+    idx, texts, k, name, total, query = cut_record()
     assert continued(texts[k], texts[k + 1], q(query)) != texts[k]  # it would take lines
     hits = [Hit("inv", n, texts[n], 2.0 - n / 100, 0.5) for n in (k, k + 1)]
     meta = {"inv": ChunkMeta(1, "tool", "TRANSIENT")}
@@ -141,12 +148,7 @@ def test_a_continued_passage_cut_to_the_budget_does_not_repeat_the_next_ones_lin
     """The next passage is recalled first (it scores higher), then the one before it takes
     that passage's first lines along (`continued`) and is cut to the budget left
     (`focus`): the lines it kept of the next passage are not shown a second time."""
-    idx = RelevanceIndex()
-    idx.add("inv", LISTING)
-    texts = [idx.passage_text(n) for n in range(idx.passages_count)]
-    k, name, total = next((k, n, t) for k, text in enumerate(texts) for n, t in RECORDS
-                          if n in text and t not in text)
-    query = f"How much is {name} for altogether? Which vendor, which due date?"
+    idx, texts, k, name, total, query = cut_record()
     full = continued(texts[k], texts[k + 1], q(query))
     assert full != texts[k]
     hits = [Hit("inv", k + 1, texts[k + 1], 3.0, 0.9), Hit("inv", k, texts[k], 2.0, 0.5)]
