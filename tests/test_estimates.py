@@ -40,6 +40,18 @@ def counted_here(messages: list[dict[str, Any]]) -> int:
     return REPLY_PRIMING + sum(counter.message(m) for m in messages)
 
 
+def prose_history(seed: int) -> list[dict[str, Any]]:
+    words = ("the report says our team should review how the budget was spent last "
+             "quarter and whether the plan still holds given what customers told us").split()
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are helpful."}]
+    for i in range(300):
+        text = " ".join(words[(i * 7 + k * seed) % len(words)] for k in range(90))
+        msgs.append({"role": "user" if i % 2 == 0 else "assistant",
+                     "content": f"{text} ({seed}.{i})."})
+    msgs.append({"role": "user", "content": "So what did we decide?"})
+    return msgs
+
+
 async def test_a_cold_history_is_estimated_and_what_is_sent_is_counted(
         aiohttp_client: Any, upstream: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # what the request estimated, before the background counts it (proxy/recount.py)
@@ -208,13 +220,7 @@ async def test_a_cold_history_of_prose_fills_the_budget_as_a_counted_one_does(
     """Prose runs 4.5 characters a token, so its estimate is 1.5 times too high: the
     first fit keeps two thirds of what would fit. What the kept parts counted to rescales
     the rest, and the cold request forwards what counting everything would."""
-    words = ("the report says our team should review how the budget was spent last "
-             "quarter and whether the plan still holds given what customers told us").split()
-    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are helpful."}]
-    for i in range(300):
-        text = " ".join(words[(i * 7 + k) % len(words)] for k in range(90)) + f" ({i})."
-        msgs.append({"role": "user" if i % 2 == 0 else "assistant", "content": text})
-    msgs.append({"role": "user", "content": "So what did we decide?"})
+    msgs = prose_history(1)
     out = []
     for min_bytes in (0, 10**12):  # estimated, then counted
         settings = settings_for(upstream, context_window=8000, max_output_tokens=1024)
@@ -226,3 +232,36 @@ async def test_a_cold_history_of_prose_fills_the_budget_as_a_counted_one_does(
             resp.headers["X-Ctxwarden-Tokens-Out"])
         out.append(int(resp.headers["X-Ctxwarden-Tokens-Out"]))
     assert out[0] >= 0.95 * out[1] and out[1] > 5000
+
+
+
+async def test_a_route_s_next_cold_history_starts_from_what_its_last_counts_said(
+        aiohttp_client: Any, upstream: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prose counts ~0.65 of its estimate. The first cold history learns that, fitting
+    twice (estimated, then rescaled); the route's next one is rescaled before its first
+    fit, fits once, and forwards as much as a proxy that never saw the first."""
+    rounds: list[int] = []
+    real = fitting.Fitter._fit
+
+    def counting(self: fitting.Fitter, *args: Any) -> fitting.Fit:
+        rounds[-1] += 1
+        return real(self, *args)
+
+    monkeypatch.setattr(fitting.Fitter, "_fit", counting)
+    settings = settings_for(upstream, context_window=8000, max_output_tokens=1024)
+    sent = {}
+    for name, histories in (("learned", (1, 3)), ("fresh", (3,))):
+        client = await make(aiohttp_client, settings, MemoryStore())
+        client.app[PIPELINE].cold.min_bytes = 0
+        for seed in histories:
+            rounds.append(0)
+            resp = await client.post(CHAT, json={"model": "test-1",
+                                                 "messages": prose_history(seed)})
+            assert resp.status == 200, await resp.text()
+            assert counted_here(upstream.history[-1].body["messages"]) == int(
+                resp.headers["X-Ctxwarden-Tokens-Out"])
+        sent[name] = int(resp.headers["X-Ctxwarden-Tokens-Out"])
+        scale = client.app[PIPELINE].runtimes["test"].fitter.scale
+        assert 0.5 < scale < 0.8
+    assert rounds == [2, 1, 2]
+    assert sent["learned"] >= 0.95 * sent["fresh"] and sent["fresh"] > 5000
