@@ -78,10 +78,20 @@ class RecallResult:
     query: str = ""  # what found them (the inspector shows it)
 
     def events(self, tenant: str, session: str, turn: int, policy: str) -> list[Event]:
-        return [Event(tenant, session, turn, r.hit.chunk_id, r.klass, r.tokens,
-                      round(r.hit.strength, 6), "recall", r.why, policy,
-                      preview=" ".join(r.hit.text.split())[:100])
-                for r in self.passages]
+        """One event per recalled chunk: the store keeps one row per (turn, chunk, action),
+        so several passages of one chunk are summed into it (tokens), not dropped."""
+        by_chunk: dict[str, list[Recalled]] = {}
+        for r in self.passages:
+            by_chunk.setdefault(r.hit.chunk_id, []).append(r)
+        out = []
+        for cid, rs in by_chunk.items():
+            r, n = rs[0], len(rs) - 1
+            more = f" (+{n} more passage{'s' * (n > 1)} of this chunk)" if n else ""
+            out.append(Event(tenant, session, turn, cid, r.klass, sum(x.tokens for x in rs),
+                             round(max(x.hit.strength for x in rs), 6), "recall",
+                             r.why + more, policy,
+                             preview=" ".join(r.hit.text.split())[:100]))
+        return out
 
 
 def render(passages: list[Recalled]) -> str:

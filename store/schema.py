@@ -168,16 +168,18 @@ def _bytes(data: str | bytes) -> bytes:
 
 
 def event_rows(events: Sequence[Event]) -> list[dict[str, Any]]:
-    """Event id = (scope, turn, chunk, action): a retried request logs nothing twice."""
+    """Event id = (scope, turn, chunk, action): a retried request logs nothing twice. Of
+    two with one id in a batch the later is kept, as `Store.log` says and MemoryStore
+    does (this kept the first)."""
     rows: dict[str, dict[str, Any]] = {}
     for e in events:
         key = hkey("event", e.tenant, e.session, str(e.turn), e.chunk_id, e.action)
-        rows.setdefault(key, {
+        rows[key] = {
             "id": key, **_owner(e.tenant, e.session), "turn": e.turn, "chunk_id": e.chunk_id,
             "class": e.klass, "tokens": e.tokens, "score": float(e.score), "action": e.action,
             "reason": e.reason, "policy": e.policy, "preview": e.preview, "time": e.time,
             "media": e.media,
-        })
+        }
     return list(rows.values())
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from store.base import Event, EvictedChunk, RecallQuery, Turn
+from store.base import Event, EvictedChunk, MemoryStore, RecallQuery, Store, Turn
 from store.embed import CachedEmbedder, get_embedder
 from store.errors import StoreUnavailable
 from store.lance import LanceStore
@@ -276,5 +276,21 @@ async def test_an_eviction_taken_back_and_made_again_in_one_turn_stays_an_evicti
             assert await store.evicted_ids("acme", "s1") == {"c1"}
             assert [e.action for e in await store.events("acme", "s1")] == ["restore", "evict"]
             await store.flush()
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "lance"])
+async def test_of_two_events_with_one_id_in_a_batch_the_later_is_kept(
+        tmp_path: Path, kind: str) -> None:
+    """As `Store.log` says: the LanceDB store kept the first of a batch where the
+    MemoryStore kept the last, so the same turn read differently in each."""
+    store: Store = (MemoryStore() if kind == "memory"
+                    else LanceStore(tmp_path / "db", FakeEmbedder()))
+    try:
+        first, later = event("c1", 5, "recall"), replace(event("c1", 5, "recall"), tokens=406)
+        await store.record([chunk("c1", "a passage")], [first, later])
+        await store.flush()
+        assert [e.tokens for e in await store.events("acme", "s1")] == [406]
     finally:
         await store.close()

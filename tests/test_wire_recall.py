@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -786,3 +787,37 @@ async def test_a_question_may_fill_the_room_left_beyond_the_recall_share(
     assert row["tokens_out"] <= row["budget"] + row["tools"]
     sent = upstream.history[-1].body["messages"][-1]["content"]
     assert ANSWER in sent and "30 days" in sent and "14 days hot" in sent
+
+
+LEDGER = "\n".join(  # one tool output, several passages: each names an overdue invoice
+    f"INV-{7100 + i}: customer acme-{i:02d}, 4{i}0.00 EUR, overdue since "
+    f"2026-0{1 + i % 9}-1{i % 9}; "
+    + "reminder sent, no reply from the accounts payable desk " * 3 for i in range(12))
+
+
+async def test_several_passages_of_one_chunk_recalled_on_one_turn_are_logged_whole(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """The log keeps one row per (turn, chunk, action): passages of one chunk recalled
+    together are one recall row whose tokens are theirs summed and whose reason says how
+    many more came (it had kept one passage's row: a black-box run saw 5 passages and
+    679 tokens forwarded, 2 rows and 223 tokens logged)."""
+    client = await aiohttp_client(init_app(settings(upstream), store=MemoryStore()))
+    history = agent_session(16, fact_at=0)
+    history[5] = tool("call_2", LEDGER)
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+    assert "INV-7103" not in json.dumps(upstream.history[-1].body["messages"])  # evicted
+    await post(client, [*history, assistant("Handlers are done."),
+                        user("Which invoices are overdue, and since when?")])
+    block = upstream.history[-1].body["messages"][-1]["content"]
+    passages = re.findall(r"\[chunk \w+, turn \d+, tool\]\n(.*?)(?=\n\[chunk |\n</ctxw)",
+                          block, re.S)
+    ledger = [text for text in passages if "INV-71" in text]
+    assert len(ledger) >= 2, block
+    log = (await (await client.get("/admin/evictions", params={"session": "s-1"})).json())
+    rows = [e for e in log["events"] if e["action"] == "recall" and "INV-71" in e["preview"]]
+    assert len(rows) == 1
+    count = client.app[PIPELINE].runtimes["agent"].counter.text
+    assert rows[0]["tokens"] == sum(count(text) + 16 for text in ledger)
+    assert re.search(rf"\(\+{len(ledger) - 1} more passages? of this chunk\)$",
+                     rows[0]["reason"])
