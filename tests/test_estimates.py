@@ -234,7 +234,6 @@ async def test_a_cold_history_of_prose_fills_the_budget_as_a_counted_one_does(
     assert out[0] >= 0.95 * out[1] and out[1] > 5000
 
 
-
 async def test_a_route_s_next_cold_history_starts_from_what_its_last_counts_said(
         aiohttp_client: Any, upstream: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Prose counts ~0.65 of its estimate. The first cold history learns that, fitting
