@@ -8,8 +8,10 @@ loop runs back to back. This table can, in a dictionary lookup: for each English
 the packaged all-MiniLM-L6-v2's vocabulary, its nearest words by the cosine of the model's
 own input token embeddings (the first layer, before any context), at least `FLOOR`, at
 most `PER_WORD`. Morphology (grew, growing, grown), near-synonyms (big/large, began/
-started, poll/survey) and, being distributional, some antonyms (big/small): so a related
-word counts at its cosine times its idf, never as much as the question's own word.
+started, poll/survey) and, being distributional, antonyms (big/small, high/low): a related
+word counts at its cosine times its idf, never as much as the question's own word, and an
+opposite not at all (`opposite`: a listed pair in its inflected forms, or a negation by
+prefix; the table keeps them, `RelatedWords.of` leaves them out).
 
 The table ships with ctxwarden (`related.tsv.gz`, ~0.5 MB): built from the model in
 about 10 s of numpy (`python -m store.related`), it would otherwise cost every start that
@@ -33,6 +35,84 @@ PER_WORD = 8
 BLOCK = 2048  # rows of the similarity matrix computed at once (~170 MB of float32)
 
 
+# Opposites the model's distributional neighbours include (`high` -> `low` 0.58, `fail`
+# -> `succeed` 0.42, `open` -> `closed` 0.51): a question's word never stands for its
+# opposite. Each pair's words in their inflected forms (`forms`), and a word against its
+# negation by prefix (`successful` / `unsuccessful`). A black-box run's question "how
+# high can their damages exposure go?" matched a table of risk ratings through `low`.
+_OPPOSITES = """
+high-low warm-cold hot-cold late-early ceiling-floor approve-reject accept-reject
+approve-disapprove big-small large-small huge-tiny increase-decrease rise-fall
+raise-lower open-close open-closed start-end start-finish start-stop begin-end first-last
+max-min maximum-minimum max-minimum min-maximum maximize-minimize before-after
+success-failure succeed-fail
+successful-failed pass-fail enable-disable old-new old-young slow-fast slow-quick
+long-short true-false add-remove install-remove install-uninstall good-bad better-worse
+best-worst win-lose gain-lose gain-loss profit-loss buy-sell upper-lower top-bottom
+internal-external inner-outer left-right right-wrong correct-wrong correct-incorrect
+input-output inbound-outbound allow-deny allow-prevent allow-restrict allow-forbid
+private-public debit-credit cheap-expensive above-below over-under more-less more-fewer
+most-least include-exclude import-export upload-download push-pull send-receive
+in-out on-off up-down yes-no online-offline present-absent valid-invalid
+available-unavailable visible-hidden plus-minus positive-negative ascending-descending
+north-south east-west day-night summer-winter lock-unlock connect-disconnect
+mount-unmount encrypt-decrypt enter-exit arrive-depart arrival-departure hire-fire
+borrow-lend income-expense
+"""
+_NEGATIONS = ("un", "dis", "in", "im", "ir", "il", "non")
+
+
+def forms(base: str) -> set[str]:
+    """`base` and its regular inflections (plural, past, -ing, comparative, superlative;
+    a doubled last consonant, a `y` that becomes `i`, a silent `e` dropped)."""
+    out = {base, base + "s", base + "es", base + "ed", base + "d", base + "ing", base + "er",
+           base + "est", base + "r", base + "st", base + "ly"}
+    if len(base) > 2 and base[-1] not in "aeiouwy" and base[-2] in "aeiou" and (
+            base[-3] not in "aeiou"):
+        out |= {base + base[-1] + suf for suf in ("er", "est", "ed", "ing")}
+    if base.endswith("y"):
+        out |= {base[:-1] + suf for suf in ("ier", "iest", "ied", "ies")}
+    if base.endswith("e"):
+        out.add(base[:-1] + "ing")
+    return out
+
+
+def _opposites() -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for pair in _OPPOSITES.split():
+        a, b = pair.split("-")
+        for x, y in ((a, b), (b, a)):
+            for f in forms(x):
+                out.setdefault(f, set()).update(forms(y))
+    return out
+
+
+OPPOSITES = _opposites()
+
+
+def opposite(a: str, b: str) -> bool:
+    """`a` and `b` mean the opposite: a listed pair in any of their forms, or one is the
+    other, or a word of its family, negated by a prefix (`success` / `unsuccessful`,
+    `approve` / `disapproval`)."""
+    if b in OPPOSITES.get(a, ()):
+        return True
+    for x, y in ((a, b), (b, a)):
+        for p in _NEGATIONS:
+            if y.startswith(p) and _family(x, y[len(p):]):
+                return True
+    return False
+
+
+def _family(a: str, b: str) -> bool:
+    """One word of the other's family: they agree but for their last two letters at
+    most, on four letters or more (`approve` / `approval`, `success` / `successful`)."""
+    n = min(len(a), len(b))
+    k = 0
+    while k < n and a[k] == b[k]:
+        k += 1
+    return k >= 4 and k >= n - 2
+
+
 class RelatedWords:
     """word -> its related words with their cosines, best first. Each word's line is kept
     as the table has it ("large:59 huge:68") and read when asked: 19,000 strings take ~3
@@ -45,13 +125,14 @@ class RelatedWords:
         return len(self.table)
 
     def of(self, word: str, min_similarity: float = FLOOR) -> list[tuple[str, float]]:
-        line = self.table.get(word.lower())
+        word = word.lower()
+        line = self.table.get(word)
         if not line:
             return []
         out = []
         for item in line.split(" "):
             w, _, c = item.rpartition(":")
-            if int(c) / 100 >= min_similarity:
+            if int(c) / 100 >= min_similarity and not opposite(word, w):
                 out.append((w, int(c) / 100))
         return out
 

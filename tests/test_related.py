@@ -15,7 +15,7 @@ from proxy.config import Settings
 from proxy.step import Step, related_of, search, without_asides
 from store.base import MemoryStore
 from store.embed import PACKAGED_MODEL, resolve_model
-from store.related import FLOOR, RelatedWords, build, related_words
+from store.related import FLOOR, RelatedWords, build, opposite, related_words
 from store.relevance import EAGER, RelevanceIndex
 from tests.support.messages import assistant, call, tool, user
 from tests.support.openai_server import UpstreamServer
@@ -29,16 +29,36 @@ def test_the_shipped_table_is_the_packaged_models() -> None:
     sample = sorted(shipped.table)[::97] + ["big", "growth", "started", "poll", "pay"]
     rebuilt = build(Path(resolve_model(PACKAGED_MODEL)), sample)
     assert len(rebuilt) == len(set(sample)) > 200
-    for word, near in rebuilt.items():
-        assert [(w, c / 100) for w, c in near] == shipped.of(word), word
+    for word, near in rebuilt.items():  # as the table has them, opposites included
+        assert " ".join(f"{w}:{c}" for w, c in near) == shipped.table[word], word
     assert ("large", 0.59) in shipped.of("big") and ("grew", 0.49) in shipped.of("growth")
     assert ("survey", 0.49) in shipped.of("poll") and ("began", 0.68) in shipped.of("started")
 
 
+def test_a_word_never_stands_for_its_opposite() -> None:
+    """The model's neighbours include opposites (`high` -> `low` 0.58): a black-box run's
+    "how high can their damages exposure go?" matched a table of risk ratings through
+    `low`. Listed pairs in their inflected forms, and negations by prefix, are left out;
+    synonyms stay."""
+    table = related_words()
+    gone = {"high": "low", "fail": "succeed", "open": "closed", "increase": "decrease",
+            "big": "small", "highest": "lowest", "success": "unsuccessful",
+            "approve": "disapproval", "private": "publicly", "late": "early"}
+    for word, other in gone.items():
+        assert other not in dict(table.of(word)), word
+    assert ("large", 0.59) in table.of("big") and ("failure", 0.65) in table.of("fail")
+    assert ("unsuccessful", 0.52) in table.of("failed")  # a synonym, though negated
+    assert opposite("bigger", "small") and opposite("warmest", "colder")
+    assert not opposite("index", "dex") and not opposite("big", "huge")
+    question = Step("How high can their damages exposure go?", "", frozenset({"q"}),
+                    asks=True)
+    assert "low" not in related_of(question, table, 0.35)
+
+
 def test_expand_skips_stop_words_and_keeps_each_words_best_cosine() -> None:
-    table = RelatedWords({"big": "large:59 small:49", "huge": "large:70", "what": "which:90"})
+    table = RelatedWords({"big": "large:59 sizable:49", "huge": "large:70", "what": "which:90"})
     assert table.expand(["What", "big", "huge"], 0.5) == {"large": ("huge", 0.70)}
-    assert table.expand(["big"], FLOOR) == {"large": ("big", 0.59), "small": ("big", 0.49)}
+    assert table.expand(["big"], FLOOR) == {"large": ("big", 0.59), "sizable": ("big", 0.49)}
     assert table.of("unknown") == []
 
 
@@ -100,19 +120,19 @@ def test_a_questions_asides_do_not_choose_what_it_finds() -> None:
 def test_on_a_history_sent_whole_related_words_index_nothing_more() -> None:
     """The question's own terms bring their passages into the index on the request;
     related words score among those, and the rest waits for the background."""
-    texts = {f"c{i}": f"Line {i}: a small person walked past the large building."
+    texts = {f"c{i}": f"Line {i}: a huge person walked past the large building."
              for i in range(EAGER * 4)}
     texts["fact"] = "Installed battery capacity grew by 9.98% in 2023."
     question = Step("How big was the growth for batteries?", "", frozenset({"q"}), asks=True)
     related = related_of(question, related_words(), 0.35)
-    assert {"large", "small"} <= related.keys()  # big's, and on every filler line
+    assert {"large", "huge"} <= related.keys()  # big's, and on every filler line
     waiting = []
     for rel in (None, related):
         index = index_of({**texts, "q": question.words})
         hits = search(index, question, rel)
         waiting.append(index.waiting)
         assert [h.chunk_id for h in hits] == ["fact"]
-    assert waiting[0] == waiting[1] > 0  # the filler, holding "small" and "large", waits
+    assert waiting[0] == waiting[1] > 0  # the filler, holding "huge" and "large", waits
 
 
 REPORT = "\n".join(
