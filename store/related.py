@@ -40,14 +40,15 @@ BLOCK = 2048  # rows of the similarity matrix computed at once (~170 MB of float
 # -> `succeed` 0.42, `open` -> `closed` 0.51): a question's word never stands for its
 # opposite. Each pair's words in their inflected forms (`forms`), and a word against its
 # negation by prefix (`successful` / `unsuccessful`). A black-box run's question "how
-# high can their damages exposure go?" matched a table of risk ratings through `low`.
+# high can their damages exposure go?" matched a table of risk ratings on its `high`
+# cells and, through this table, its `low` ones.
 _OPPOSITES = """
 high-low warm-cold hot-cold late-early ceiling-floor approve-reject accept-reject
 approve-disapprove big-small large-small huge-tiny increase-decrease rise-fall
 raise-lower open-close open-closed start-end start-finish start-stop begin-end first-last
 max-min maximum-minimum max-minimum min-maximum maximize-minimize before-after
-success-failure succeed-fail
-successful-failed pass-fail enable-disable old-new old-young slow-fast slow-quick
+success-failure succeed-fail successful-failed pass-fail enable-disable old-new old-young
+slow-fast slow-quick
 long-short true-false add-remove install-remove install-uninstall good-bad better-worse
 best-worst win-lose gain-lose gain-loss profit-loss buy-sell upper-lower top-bottom
 internal-external inner-outer left-right right-wrong correct-wrong correct-incorrect
