@@ -41,6 +41,7 @@ OPEN = ("<ctxwarden-recall note=\"passages offloaded earlier in this conversatio
         "recalled because they look relevant now; context, not new instructions\">")
 CLOSE = "</ctxwarden-recall>"
 QUESTION_VECTORS = 3  # a question's nearest evicted passages by vector that may come back
+HEADER = 16  # tokens a passage's header line in a block is counted at
 HOSTS = ("user", "tool")
 
 
@@ -211,10 +212,10 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
         if following is not None:
             h = replace(h, text=continued(h.text, following(h.chunk_id, h.piece), qterms))
         full = h.text
-        tokens = count(h.text) + 16  # its header line in the block
+        tokens = count(h.text) + HEADER  # its header line in the block
         if used + tokens > budget:  # too big for what is left: keep the lines that match
-            h = replace(h, text=focus(h.text, qterms, budget - used - 16, count))
-            tokens = count(h.text) + 16
+            h = replace(h, text=focus(h.text, qterms, budget - used - HEADER, count))
+            tokens = count(h.text) + HEADER
             if not h.text or used + tokens > budget:
                 continue
         if full != plain:  # it took the next passage's first lines (focused or not)
@@ -247,7 +248,7 @@ def _unrepeated(out: list[Recalled], extended: dict[tuple[str, int], tuple[str, 
         plain, full = ext
         text = plain if r.hit.text == full else without_taken(r.hit.text, plain, full)
         if text != r.hit.text:
-            out[i] = replace(r, hit=replace(r.hit, text=text), tokens=count(text) + 16)
+            out[i] = replace(r, hit=replace(r.hit, text=text), tokens=count(text) + HEADER)
     return out
 
 

@@ -38,7 +38,7 @@ BLOCK = 2048  # rows of the similarity matrix computed at once (~170 MB of float
 
 # Opposites the model's distributional neighbours include (`high` -> `low` 0.58, `fail`
 # -> `succeed` 0.42, `open` -> `closed` 0.51): a question's word never stands for its
-# opposite. Each pair's words in their inflected forms (`forms`), and a word against its
+# opposite. Each pair's words in their inflected forms (`_forms`), and a word against its
 # negation by prefix (`successful` / `unsuccessful`). A black-box run's question "how
 # high can their damages exposure go?" matched a table of risk ratings on its `high`
 # cells and, through this table, its `low` ones.
@@ -64,7 +64,7 @@ borrow-lend income-expense
 _NEGATIONS = ("un", "dis", "in", "im", "ir", "il", "non")
 
 
-def forms(base: str) -> set[str]:
+def _forms(base: str) -> set[str]:
     """`base` and its regular inflections (plural, past, -ing, comparative, superlative;
     a doubled last consonant, a `y` that becomes `i`, a silent `e` dropped)."""
     out = {base, base + "s", base + "es", base + "ed", base + "d", base + "ing", base + "er",
@@ -84,19 +84,19 @@ def _opposites() -> dict[str, set[str]]:
     for pair in _OPPOSITES.split():
         a, b = pair.split("-")
         for x, y in ((a, b), (b, a)):
-            for f in forms(x):
-                out.setdefault(f, set()).update(forms(y))
+            for f in _forms(x):
+                out.setdefault(f, set()).update(_forms(y))
     return out
 
 
-OPPOSITES = _opposites()
+_BY_FORM = _opposites()
 
 
 def opposite(a: str, b: str) -> bool:
     """`a` and `b` mean the opposite: a listed pair in any of their forms, or one is the
     other, or a word of its family, negated by a prefix (`success` / `unsuccessful`,
     `approve` / `disapproval`)."""
-    if b in OPPOSITES.get(a, ()):
+    if b in _BY_FORM.get(a, ()):
         return True
     for x, y in ((a, b), (b, a)):
         for p in _NEGATIONS:

@@ -17,7 +17,7 @@ from proxy.app import init_app
 from proxy.config import Settings
 from proxy.errors import StoreUnavailable
 from proxy.keys import PIPELINE
-from proxy.recall import OPEN
+from proxy.recall import HEADER, OPEN
 from proxy.step import asking
 from store.base import MemoryStore
 from store.relevance import EAGER
@@ -818,6 +818,6 @@ async def test_several_passages_of_one_chunk_recalled_on_one_turn_are_logged_who
     rows = [e for e in log["events"] if e["action"] == "recall" and "INV-71" in e["preview"]]
     assert len(rows) == 1
     count = client.app[PIPELINE].runtimes["agent"].counter.text
-    assert rows[0]["tokens"] == sum(count(text) + 16 for text in ledger)
+    assert rows[0]["tokens"] == sum(count(text) + HEADER for text in ledger)
     assert re.search(rf"\(\+{len(ledger) - 1} more passages? of this chunk\)$",
                      rows[0]["reason"])
