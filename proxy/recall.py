@@ -185,17 +185,20 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     ranked = sorted(cands.values(),
                     key=lambda x: (-x[0], -x[1].score, x[1].chunk_id, x[1].piece))
     covered: dict[str, set[str]] = {}  # chunk id -> query terms its chosen passages match
+    together: dict[str, int] = {}  # chunk id -> most query terms one of their lines holds
     # (chunk, piece) -> its text before `continued`, and after
     extended: dict[tuple[str, int], tuple[str, str]] = {}
 
     def novel_first() -> Iterator[tuple[float, Hit, str]]:
         """A passage matching no query term that its chunk's chosen passages do not (the
-        same field name in every record of a list) waits until every passage that adds
-        one has had its turn; then the waiting fill what room is left, in rank order."""
+        same field name in every record of a list), and holding no more of them on one
+        line than they do, waits until every passage that adds one has had its turn;
+        then the waiting fill what room is left, in rank order."""
         later = []
         for item in ranked:
             have = covered.get(item[1].chunk_id)
-            if have is not None and qterms.intersection(terms(item[1].text)) <= have:
+            if (have is not None and qterms.intersection(terms(item[1].text)) <= have
+                    and _together(item[1].text, qterms) <= together[item[1].chunk_id]):
                 later.append(item)
             else:
                 yield item
@@ -228,11 +231,19 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
                                for t in matched[:6]))
         out.append(Recalled(h, m.turn, m.role, m.klass, tokens, why))
         covered.setdefault(h.chunk_id, set()).update(matches)
+        together[h.chunk_id] = max(together.get(h.chunk_id, 0), _together(plain, qterms))
         seen.add(h.text)
         used += tokens
         if len(out) >= top_k:
             break
     return _unrepeated(out, extended, count)
+
+
+def _together(text: str, qterms: set[str]) -> int:
+    """The most query terms one line of `text` holds (`spark.executor.memory 28g` holds
+    two of "executor memory"; `spark.memory.fraction` and `spark.executor.cores` one)."""
+    return max((len(qterms.intersection(terms(line))) for line in text.splitlines()),
+               default=0)
 
 
 def _unrepeated(out: list[Recalled], extended: dict[tuple[str, int], tuple[str, str]],

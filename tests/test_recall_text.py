@@ -113,6 +113,30 @@ def test_a_passage_that_adds_a_query_word_goes_before_its_chunks_repeats() -> No
         ("aaaa", 0), ("bbbb", 0), ("aaaa", 1), ("aaaa", 2)]
 
 
+def test_a_passage_holding_the_question_words_on_one_line_is_no_repeat() -> None:
+    """A configuration dump matches "executor" and "memory" in two of its passages: the
+    first on two lines (`spark.memory.fraction`, `spark.executor.cores`), the second on
+    one (`spark.executor.memory 28g`, the answer). The second adds no word, but it holds
+    them together, so it goes before a log line that shares one word only."""
+    dump = [Hit("conf", 0, "spark.memory.fraction      0.8\nspark.executor.cores       5",
+                5.50, 0.44),
+            Hit("conf", 1, "spark.hadoop.fs.s3a.mtqzk  2207\nspark.executor.memory      28g",
+                5.46, 0.43)]
+    log = Hit("logs", 0, "Stage 32 read 3363 files from the executor layer", 4.40, 0.35)
+    meta = {c: ChunkMeta(1, "tool", "TRANSIENT") for c in ("conf", "logs")}
+    got = select([*dump, log], {"conf", "logs"}, meta,
+                 query="What memory setting do the executors run with?",
+                 min_relevance=0.1, min_relative=0.5, top_k=2, budget=1000, count=COUNT)
+    assert [(r.hit.chunk_id, r.hit.piece) for r in got] == [("conf", 0), ("conf", 1)]
+    # the same words on separate lines again: a repeat, after the other chunk's word
+    dump[1] = Hit("conf", 1, "spark.memory.offHeap.size  0\nspark.executor.instances  4",
+                  5.46, 0.43)
+    got = select([*dump, log], {"conf", "logs"}, meta,
+                 query="What memory setting do the executors run with?",
+                 min_relevance=0.1, min_relative=0.5, top_k=2, budget=1000, count=COUNT)
+    assert [(r.hit.chunk_id, r.hit.piece) for r in got] == [("conf", 0), ("logs", 0)]
+
+
 def cut_record() -> tuple[RelevanceIndex, list[str], int, str, str, str]:
     """The listing indexed; the first passage k whose record's total is in passage k + 1;
     a question about that record's total, vendor and due date."""
