@@ -139,11 +139,13 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     word match; a rare identifier has strength 1) or, where the vectors are ready, a
     cosine >= min_similarity; for a question (`question_similarity` set), its
     `QUESTION_VECTORS` nearest evicted passages with a cosine >= that. Rank: strength +
-    cosine. `count(text) -> tokens`. A question's `related` words match too; the reason
-    names them as "large (~big)". The `stated` passages (proxy/answers.py) count with
-    score and strength x (1 + BOOST), measured against the best unboosted score.
-    `following(chunk id, piece)`: the next passage's text, whose first lines a passage
-    matched in its last lines takes along (`continued`)."""
+    cosine; a question's nearest evicted passage by vector goes first (lexical noise at
+    full strength would otherwise fill the budget before it). `count(text) -> tokens`.
+    A question's `related` words match too; the reason names them as "large (~big)".
+    The `stated` passages (proxy/answers.py) count with score and strength x (1 +
+    BOOST), measured against the best unboosted score. `following(chunk id, piece)`: the
+    next passage's text, whose first lines a passage matched in its last lines takes
+    along (`continued`)."""
     if budget <= 0 or not (hits or vectors):
         return []
     # "within min_relative of the best" among the candidates: an in-context message that
@@ -161,10 +163,13 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
         c = cos.get((h.chunk_id, h.piece), 0.0)
         cands[(h.chunk_id, h.piece)] = (h.strength + c, h, "")
     nearest: set[tuple[str, int]] = set()
+    first: tuple[str, int] | None = None
     if question_similarity is not None:
-        nearest = {(h.chunk_id, h.piece) for h, c in sorted(
+        order = [(h.chunk_id, h.piece) for h, c in sorted(
             ((h, c) for h, c in vectors if h.chunk_id in evicted and c >= question_similarity),
-            key=lambda x: (-x[1], x[0].chunk_id, x[0].piece))[:QUESTION_VECTORS]}
+            key=lambda x: (-x[1], x[0].chunk_id, x[0].piece))[:QUESTION_VECTORS]]
+        nearest = set(order)
+        first = order[0] if order else None
     for h, c in vectors:
         key = (h.chunk_id, h.piece)
         if key in cands:
@@ -184,6 +189,9 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     # strength is capped at 1: among the passages that reach it, the higher score first
     ranked = sorted(cands.values(),
                     key=lambda x: (-x[0], -x[1].score, x[1].chunk_id, x[1].piece))
+    if first is not None and first in cands:
+        ranked.remove(cands[first])
+        ranked.insert(0, cands[first])
     covered: dict[str, set[str]] = {}  # chunk id -> query terms its chosen passages match
     together: dict[str, int] = {}  # chunk id -> most query terms one of their lines holds
     # (chunk, piece) -> its text before `continued`, and after

@@ -137,6 +137,31 @@ def test_a_passage_holding_the_question_words_on_one_line_is_no_repeat() -> None
     assert [(r.hit.chunk_id, r.hit.piece) for r in got] == [("conf", 0), ("logs", 0)]
 
 
+def test_a_questions_nearest_passage_by_vector_goes_first() -> None:
+    """Code that says "check", "table", "stage" and "order" everywhere matches "How many
+    orders appeared more than once when we checked the staging table?" at full strength;
+    the query result that answers it (`duplicate_order_ids 9,584`) shares almost no word
+    but is the question's nearest passage by vector. It comes first, so the lexical
+    noise cannot use up the budget before it. Without a question (`question_similarity`
+    unset) the order is the rank's: strength + cosine."""
+    code = [Hit(f"code{k}", 0, f"def check_{k}(table):\n    stage = table.filter(order)", 9.0,
+                1.0) for k in range(3)]
+    answer = Hit("query", 0, "duplicate_order_ids\n-----------------\n9,584\n(1 row)", 0.5,
+                 0.03)
+    meta = {h.chunk_id: ChunkMeta(1, "tool", "TRANSIENT") for h in [*code, answer]}
+    ask = "How many orders appeared more than once when we checked the staging table?"
+    vectors = [(answer, 0.45), *((h, 0.12) for h in code)]
+    kw: dict[str, Any] = {"query": ask, "min_relevance": 0.1, "min_relative": 0.5,
+                          "top_k": 8, "budget": 120, "count": COUNT, "vectors": vectors}
+    got = select([*code, answer], {h.chunk_id for h in [*code, answer]}, meta,
+                 question_similarity=0.25, **kw)
+    assert [r.hit.chunk_id for r in got][0] == "query"
+    assert "9,584" in got[0].hit.text
+    got = select([*code, answer], {h.chunk_id for h in [*code, answer]}, meta,
+                 min_similarity=0.4, **kw)
+    assert [r.hit.chunk_id for r in got][0] == "code0"
+
+
 def cut_record() -> tuple[RelevanceIndex, list[str], int, str, str, str]:
     """The listing indexed; the first passage k whose record's total is in passage k + 1;
     a question about that record's total, vendor and due date."""
