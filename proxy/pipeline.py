@@ -144,7 +144,7 @@ class Pipeline:
                                   settings.vector_wait_ms if settings.enabled else 0,
                                   settings.min_similarity, settings.related_words,
                                   settings.question_vector_wait_ms if settings.enabled else 0,
-                                  asked, settings.min_relevance)
+                                  asked, settings.min_relevance, state.evicted)
         # fit: sticky decisions, then the policy, down to the watermark; cut if must
         tools_tokens = rt.counter.request_extras(body)  # tools, functions, schemas
         room, reserved = rt.room(body, tools_tokens)

@@ -80,10 +80,12 @@ class Relater:
                meta: dict[str, ChunkMeta], conv: Conversation, wait_ms: int,
                min_similarity: float = 0.5, related_similarity: float = 1.0,
                question_wait_ms: int = 0, asked: str | None = None,
-               clear: float = 1.0) -> Relevance:
+               clear: float = 1.0, evicted: frozenset[str] | set[str] = frozenset(),
+               ) -> Relevance:
         """`asked`: the question whose vector `prefetch` asked for (it is in flight).
         `clear`: the lexical strength at which a match is clear (`recall.min_relevance`):
-        a question with one outside itself does not wait for its own vector."""
+        a question with one in what the session has `evicted` does not wait for its own
+        vector."""
         step = current_step(conv)
         related = related_of(step, self.related, related_similarity)
         if step.reply or related:  # terms it will not settle: they must not count among
@@ -106,7 +108,7 @@ class Relater:
         if step.words:
             qv = self.embedder.cached(step.words)
             if (step.asks and vectors.waiting <= CAUGHT_UP  # the passages have vectors
-                    and not _clear(hits, step, clear)):
+                    and not _clear(hits, evicted, clear)):
                 wait_ms = max(wait_ms, question_wait_ms)
             if qv is not None:
                 rel.vectors = _matches(index, vectors, qv, step)
@@ -217,13 +219,14 @@ class Relater:
                     await task
 
 
-def _clear(hits: list[Hit], step: Step, floor: float) -> bool:
-    """Lexical matching found a passage outside the question itself as strong as recall
-    wants (`floor`): what the question asks is there in its own words, and its vector
-    would add little. On 54 paced fact questions (seed 0, three session sets) the two
-    that only the vector found had none above 0.20; waiting only without one skips ~70 %
-    of the waits (docs/design-notes.md)."""
-    return any(h.strength >= floor and h.chunk_id not in step.source for h in hits)
+def _clear(hits: list[Hit], evicted: frozenset[str] | set[str], floor: float) -> bool:
+    """Lexical matching found an evicted passage as strong as recall wants (`floor`): what
+    the question asks is there in its own words, and its vector would add little. A match
+    in context does not count: recall brings back evicted passages only, and an earlier
+    question in the same words is no answer. On 54 paced fact questions (seed 0, three
+    session sets) the two that only the vector found had none above 0.20; waiting only
+    without one skips most of the waits (docs/design-notes.md)."""
+    return any(h.strength >= floor and h.chunk_id in evicted for h in hits)
 
 
 def _matches(index: RelevanceIndex, vectors: Vectors, qv: Any,

@@ -644,6 +644,32 @@ async def test_a_question_its_own_words_find_clearly_does_not_wait_for_its_vecto
     assert "4,140 EUR" in upstream.history[-1].body["messages"][-1]["content"]
 
 
+async def test_a_question_its_words_find_only_in_context_still_waits_for_its_vector(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """The same question asked a second time matches its first asking, in context, at
+    full strength; that is no answer (recall brings back what was evicted), so the
+    question still waits for its vector, `question_vector_wait_ms` at most (here it
+    never comes)."""
+    from concurrent.futures import Future
+
+    from tests.support.fakes import TopicEmbedder
+
+    ask = "How much money is there for cloud, staff, travel and hardware?"
+
+    class NoAnswer(TopicEmbedder):
+        def _start(self, texts: list[str], urgent: bool) -> Any:
+            if texts == [ask]:
+                return Future()  # never done
+            return super()._start(texts, urgent)
+
+    embedder = NoAnswer(FIVE_TOPICS)
+    client, history = await memo_evicted(aiohttp_client, upstream, embedder,
+                                         {"related_words": 1.0, "question_vector_wait_ms": 50})
+    again = [*history, assistant("Done."), user(ask), assistant("Let me look that up.")]
+    await post(client, [*again, user(ask)])
+    assert embedder.waits == [0.05]  # one bounded wait
+
+
 async def test_a_question_does_not_wait_while_the_sessions_passages_are_being_embedded(
         aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
     """Back to back the embedder lags: a question's vector would find nothing embedded to
