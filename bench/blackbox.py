@@ -1,0 +1,149 @@
+"""Facts kept on a workload written apart: the black-box sessions of 2026-12-05.
+
+A helper that saw none of this conversation's code or benches wrote a generator of its
+own for an audit (five domains nobody here had tuned for: data engineering, cloud cost,
+contract review, a qPCR lab notebook, travel planning; two sessions each), ran it through
+`ctxwarden serve` and reported every miss. Its sessions are kept as data
+(`tests/data/blackbox-sessions.json.gz`; the generator was a one-off, not kept): 10
+sessions, 47 facts (30 values in tool outputs, 10 user statements, 7 constraints), each
+asked once, at least 16k tokens after it was planted, in words that name neither the
+answer nor its identifier. The filler comes from templates, so it repeats more than real
+output does.
+
+Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every
+policy), three ways:
+- back to back, lexical path (no embedder), each session's requests in order (a request
+  whenever the last message is a user message or a batch's last tool result);
+- cold: each fact's history up to its question, sent whole to a new session;
+- paced at best, RWOE and mask only (slow: the real embedder): every passage embedded
+  before each user turn, as a loop paced by a model's generation time allows.
+
+    .venv/bin/python -m bench.blackbox
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+import proxy  # noqa: F401  (offline defaults)
+from bench import agentloop
+from bench.seeds import KINDS, settings
+from proxy.pipeline import Pipeline
+from store.base import MemoryStore
+
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "blackbox-sessions.json.gz"
+PACED = ("rwoe", "mask")
+
+
+def sessions() -> list[dict[str, Any]]:
+    loaded: list[dict[str, Any]] = json.loads(gzip.decompress(DATA.read_bytes()))
+    return loaded
+
+
+def _kept(body: dict[str, Any], answer: str) -> bool:
+    return answer in orjson.dumps(body["messages"]).decode()
+
+
+async def loop(policy: str, data: list[dict[str, Any]], paced: bool = False
+               ) -> tuple[Counter[str], list[str]]:
+    """Facts kept replaying each session's requests in order; paced: with the local
+    embedder, every passage embedded before each user turn."""
+    st = settings(policy)
+    store = MemoryStore()
+    embedder = None
+    if paced:
+        from store.embed import SentenceTransformerEmbedder
+
+        embedder = SentenceTransformerEmbedder()  # its own child, closed below
+        await embedder.load()
+        store.embedder = embedder  # type: ignore[attr-defined]
+    pipeline = Pipeline(st, store)
+    c: Counter[str] = Counter()
+    missed: list[str] = []
+    try:
+        for i, s in enumerate(data):
+            asks = {f["ask_index"] + 1: f for f in s["facts"]}
+            for k in s["requests"]:
+                messages = s["messages"][:k]
+                if paced and messages[-1]["role"] == "user":
+                    await pipeline.relater.flush()
+                prep = await pipeline.prepare({"model": "loop-1", "messages": messages},
+                                              st.routes[0], "bench", f"s{i}")
+                f = asks.get(k)
+                if f is not None:
+                    c["asked_" + f["kind"]] += 1
+                    ok = _kept(prep.body, f["answer"])
+                    c["kept_" + f["kind"]] += ok
+                    if not ok:
+                        missed.append(f"{s['id']}:{f['name']}")
+    finally:
+        await pipeline.close()
+        if embedder is not None:
+            embedder.close()
+    return c, missed
+
+
+async def cold(policy: str, data: list[dict[str, Any]]) -> tuple[Counter[str], list[str]]:
+    """Each fact's history up to its question, sent whole to a new session."""
+    st = settings(policy)
+    pipeline = Pipeline(st, MemoryStore())
+    c: Counter[str] = Counter()
+    missed: list[str] = []
+    try:
+        for i, s in enumerate(data):
+            for j, f in enumerate(s["facts"]):
+                body = {"model": "loop-1", "messages": s["messages"][:f["ask_index"] + 1]}
+                prep = await pipeline.prepare(body, st.routes[0], "bench", f"c{i}-{j}")
+                c["asked_" + f["kind"]] += 1
+                ok = _kept(prep.body, f["answer"])
+                c["kept_" + f["kind"]] += ok
+                if not ok:
+                    missed.append(f"{s['id']}:{f['name']}")
+    finally:
+        await pipeline.close()
+    return c, missed
+
+
+def _cell(c: Counter[str]) -> str:
+    kept = sum(c[f"kept_{k}"] for k in KINDS)
+    asked = sum(c[f"asked_{k}"] for k in KINDS)
+    kinds = " / ".join(f"{c[f'kept_{k}']}/{c[f'asked_{k}']}" for k in KINDS)
+    return f"**{kept}/{asked}** ({kinds})"
+
+
+async def run(quick: bool = False) -> str:
+    data = sessions()
+    policies = agentloop.POLICIES
+    rows = ["| policy | back to back, lexical | cold, question last | paced at best "
+            "(with vectors) |", "|---|---|---|---|"]
+    misses: dict[str, list[str]] = {}
+    for p in policies:
+        b2b, missed = await loop(p, data)
+        cc, _ = await cold(p, data)
+        paced = "—"
+        if p in PACED and not quick:
+            pc, pm = await loop(p, data, paced=True)
+            paced = _cell(pc)
+            if p == "rwoe":
+                misses["paced at best"] = pm
+        if p == "rwoe":
+            misses["back to back"] = missed
+        rows.append(f"| {p} | {_cell(b2b)} | {_cell(cc)} | {paced} |")
+    asked = Counter(f["kind"] for s in data for f in s["facts"])
+    return (f"{len(data)} sessions, {sum(asked.values())} facts (tool / user / constraint "
+            f"{' / '.join(str(asked[k]) for k in KINDS)}), window "
+            f"{agentloop.WINDOW:,} tokens; facts kept as kept / asked (tool / user / "
+            "constraint).\n\n" + "\n".join(rows) + "\n\nRWOE's misses: "
+            + "; ".join(f"{how}: {', '.join(m) or 'none'}" for how, m in misses.items())
+            + ".")
+
+
+if __name__ == "__main__":
+    print(asyncio.run(run()))

@@ -1,0 +1,34 @@
+"""bench/blackbox.py: the kept sessions are what the section says, and the replays count
+what each request forwarded."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from bench import blackbox
+
+
+def test_the_kept_sessions_plant_each_answer_once_and_ask_for_it_in_other_words() -> None:
+    data = blackbox.sessions()
+    assert len(data) == 10
+    facts = [f for s in data for f in s["facts"]]
+    assert Counter(f["kind"] for f in facts) == {"tool": 30, "user": 10, "constraint": 7}
+    for s in data:
+        texts = [str(m.get("content")) for m in s["messages"]]
+        for f in s["facts"]:
+            assert [i for i, t in enumerate(texts) if f["answer"] in t] == [f["msg_index"]]
+            asked = s["messages"][f["ask_index"]]
+            assert asked["role"] == "user" and f["question"] in asked["content"]
+            assert f["answer"] not in f["question"]
+            assert f["ask_index"] + 1 in s["requests"]  # the question is sent
+
+
+async def test_a_replay_counts_what_was_forwarded() -> None:
+    one = blackbox.sessions()[:1]
+    asked = Counter(f["kind"] for f in one[0]["facts"])
+    for replay in (blackbox.loop, blackbox.cold):
+        c, missed = await replay("truncate", one)
+        assert {k: c[f"asked_{k}"] for k in asked} == dict(asked)
+        kept = sum(c[f"kept_{k}"] for k in asked)
+        assert kept + len(missed) == sum(asked.values())
+        assert all(m.startswith(one[0]["id"] + ":") for m in missed)
