@@ -6,8 +6,9 @@ in its own process, store/embedproc.py), the step's words are asked for urgently
 request waits for that at most `recall.vector_wait_ms`; a passage whose rows have not
 landed yet has no cosine this turn. A question waits for its own vector up
 to `recall.question_vector_wait_ms`, and only when the session's passages are embedded
-(at most `CAUGHT_UP` passages waiting: a paced loop) and the embedder answers now; back to
-back the embedder lags and no question waits. Nothing else blocks on a model. The feeder
+(at most `CAUGHT_UP` passages waiting: a paced loop), the embedder answers now and no
+evicted passage matches its words clearly (`_clear`); back to back the embedder lags and
+no question waits. Nothing else blocks on a model. The feeder
 lands each batch's rows in the passages' own session (store/vectors.py): the request path
 looks nothing up in the embedder's cache.
 """
