@@ -33,7 +33,7 @@ from store.relevance import Hit, RelevanceIndex
 from store.vectors import Vectors, units
 
 log = structlog.get_logger("ctxwarden")
-FEED_MAX = 4096  # passages waiting to be embedded; past it the oldest are dropped
+FEED_MAX = 4096  # passages waiting to be embedded; past it the longest queue loses its oldest
 FEED_BATCH = 16  # units
 CALL_CHARS = 300  # of a call's arguments, as context for its output's passages
 DRAIN_SLICE = 8  # waiting passages indexed per slice (~0.35 ms); requests run in between
@@ -56,7 +56,11 @@ class Relater:
         self.embedder = embedder  # a store.embed.CachedEmbedder, or None (lexical only)
         # a question's words also match their related words (store/related.py)
         self.related = related_words() if related is None else related
-        self._feed: deque[tuple[Vectors, int, str]] = deque()  # (whose, passage, text)
+        # passages waiting to be embedded, per session (first in, first out within one),
+        # the sessions taken in turn: one session's burst (a history sent whole) does
+        # not hold back every other session's passages for minutes
+        self._feed: dict[int, tuple[Vectors, deque[tuple[int, str]]]] = {}
+        self._waiting = 0  # passages in `_feed`
         self._feeder: asyncio.Task[None] | None = None
         self._embedding = 0  # passages of the batch the embedder has now
         self._drains: dict[int, asyncio.Task[None]] = {}  # id(index) -> its drain
@@ -158,26 +162,39 @@ class Relater:
         passages = vectors.new_passages()
         if not passages:
             return
-        feed = self._feed
-        feed.extend((vectors, n, text) for n, text in passages)
-        while len(feed) > FEED_MAX:  # the oldest go without a vector
-            feed.popleft()[0].give_up()
+        entry = self._feed.setdefault(id(vectors), (vectors, deque()))
+        entry[1].extend(passages)
+        self._waiting += len(passages)
+        while self._waiting > FEED_MAX:  # the longest queue's oldest go without a vector
+            key = max(self._feed, key=lambda k: len(self._feed[k][1]))
+            whose, queue = self._feed[key]
+            queue.popleft()
+            whose.give_up()
+            self._waiting -= 1
+            if not queue:
+                del self._feed[key]
         if self._feeder is None or self._feeder.done():
             self._feeder = asyncio.get_running_loop().create_task(self._run(), name="vectors")
 
     async def _run(self) -> None:
         """One background job at a time: the embedder's bulk queue, never ahead of queries.
-        Each batch's rows land in the sessions their passages came from."""
+        Each batch comes from one session, the sessions in turn; its rows land in the
+        session its passages came from."""
         assert self.embedder is not None
         while self._feed:
             await QUIET.wait()
             batch: list[str] = []  # whole passages' units (store/vectors.py), off the path
             spans: list[tuple[Vectors, int, int]] = []  # (whose, passage, its units)
-            while self._feed and len(batch) < FEED_BATCH:
-                vectors, n, text = self._feed.popleft()
+            key = next(iter(self._feed))
+            vectors, queue = self._feed.pop(key)
+            while queue and len(batch) < FEED_BATCH:
+                n, text = queue.popleft()
                 cut = units(text)
                 spans.append((vectors, n, len(cut)))
                 batch += cut
+            self._waiting -= len(spans)
+            if queue:  # its turn again after the others'
+                self._feed[key] = (vectors, queue)
             self._embedding = len(spans)
             failed: Exception | None = None
             rows: Any = None
@@ -203,7 +220,7 @@ class Relater:
     def backlog(self) -> int:
         """Passages handed over whose vectors are not computed yet (`/admin/store`'s
         `vectors_pending`, `/metrics`' `ctxwarden_vectors_pending`)."""
-        return len(self._feed) + self._embedding
+        return self._waiting + self._embedding
 
     async def flush(self, timeout: float = 300.0) -> None:
         """Until every passage handed over is embedded (tests and benchmarks: a paced

@@ -134,6 +134,37 @@ async def test_past_its_bound_the_feeder_drops_the_oldest_passages(
     await relater.close()
 
 
+async def test_one_sessions_burst_does_not_hold_back_another_sessions_passages() -> None:
+    """A history sent whole hands over hundreds of passages at once; a paced session's
+    next tool output is embedded after one batch of them, not after all (the sessions
+    take turns, a batch each), so its question can still find it by vector."""
+    embedder = TopicEmbedder({"x": ["x"]})  # its `calls`: each batch, in order
+    relater = Relater(embedder)
+    burst, paced = session(200, "history line {i}"), session(3, "new tool output {i}")
+    relater.feed(burst)
+    relater.feed(paced)
+    await asyncio.wait_for(relater.flush(), 10)
+    first = next(i for i, batch in enumerate(embedder.calls)
+                 if any("new tool output" in t for t in batch))
+    assert first == 1  # after one batch of the burst
+    assert burst.waiting == paced.waiting == 0 and burst.count == 200
+
+
+async def test_past_its_bound_the_longest_queue_loses_its_oldest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    class Stalled(TopicEmbedder):
+        def _start(self, texts: list[str], urgent: bool) -> Any:
+            return Future()  # never done
+
+    monkeypatch.setattr(proxy.relate, "FEED_MAX", 4)
+    relater = Relater(Stalled({"x": ["x"]}))
+    other, burst = session(2, "another session's line {i}"), session(10)
+    relater.feed(other)  # first in, but not the one that overflowed the bound
+    relater.feed(burst)
+    assert (burst.waiting, other.waiting, relater.backlog) == (2, 2, 4)
+    await relater.close()
+
+
 async def test_a_failed_batch_is_given_up_and_logged() -> None:
     class Failing(TopicEmbedder):
         def _start(self, texts: list[str], urgent: bool) -> Any:
