@@ -47,8 +47,14 @@ def sessions() -> list[dict[str, Any]]:
     return loaded
 
 
-def _kept(body: dict[str, Any], answer: str) -> bool:
-    return answer in orjson.dumps(body["messages"]).decode()
+def _tally(c: Counter[str], missed: list[str], session: str, fact: dict[str, Any],
+           body: dict[str, Any]) -> None:
+    """Whether the forwarded `body` holds `fact`'s answer, counted by its kind."""
+    c["asked_" + fact["kind"]] += 1
+    ok = fact["answer"] in orjson.dumps(body["messages"]).decode()
+    c["kept_" + fact["kind"]] += ok
+    if not ok:
+        missed.append(f"{session}:{fact['name']}")
 
 
 async def loop(policy: str, data: list[dict[str, Any]], paced: bool = False
@@ -78,11 +84,7 @@ async def loop(policy: str, data: list[dict[str, Any]], paced: bool = False
                                               st.routes[0], "bench", f"s{i}")
                 f = asks.get(k)
                 if f is not None:
-                    c["asked_" + f["kind"]] += 1
-                    ok = _kept(prep.body, f["answer"])
-                    c["kept_" + f["kind"]] += ok
-                    if not ok:
-                        missed.append(f"{s['id']}:{f['name']}")
+                    _tally(c, missed, s["id"], f, prep.body)
     finally:
         await pipeline.close()
         if embedder is not None:
@@ -101,11 +103,7 @@ async def cold(policy: str, data: list[dict[str, Any]]) -> tuple[Counter[str], l
             for j, f in enumerate(s["facts"]):
                 body = {"model": "loop-1", "messages": s["messages"][:f["ask_index"] + 1]}
                 prep = await pipeline.prepare(body, st.routes[0], "bench", f"c{i}-{j}")
-                c["asked_" + f["kind"]] += 1
-                ok = _kept(prep.body, f["answer"])
-                c["kept_" + f["kind"]] += ok
-                if not ok:
-                    missed.append(f"{s['id']}:{f['name']}")
+                _tally(c, missed, s["id"], f, prep.body)
     finally:
         await pipeline.close()
     return c, missed

@@ -120,12 +120,13 @@ async def test_rows_land_in_their_session_whatever_the_embedders_cache_keeps() -
     assert [n for n, c in first.cosines(unit([1.0, 0.0])) if c > 0.9] == list(range(30))
 
 
+class Stalled(TopicEmbedder):
+    def _start(self, texts: list[str], urgent: bool) -> Any:
+        return Future()  # never done
+
+
 async def test_past_its_bound_the_feeder_drops_the_oldest_passages(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    class Stalled(TopicEmbedder):
-        def _start(self, texts: list[str], urgent: bool) -> Any:
-            return Future()  # never done
-
     monkeypatch.setattr(proxy.relate, "FEED_MAX", 4)
     relater = Relater(Stalled({"x": ["x"]}))
     vectors = session(10)
@@ -152,10 +153,6 @@ async def test_one_sessions_burst_does_not_hold_back_another_sessions_passages()
 
 async def test_past_its_bound_the_longest_queue_loses_its_oldest(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    class Stalled(TopicEmbedder):
-        def _start(self, texts: list[str], urgent: bool) -> Any:
-            return Future()  # never done
-
     monkeypatch.setattr(proxy.relate, "FEED_MAX", 4)
     relater = Relater(Stalled({"x": ["x"]}))
     other, burst = session(2, "another session's line {i}"), session(10)
