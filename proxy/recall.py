@@ -188,10 +188,8 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     seen: set[str] = set()
     # strength is capped at 1: among the passages that reach it, the higher score first
     ranked = sorted(cands.values(),
-                    key=lambda x: (-x[0], -x[1].score, x[1].chunk_id, x[1].piece))
-    if first is not None and first in cands:
-        ranked.remove(cands[first])
-        ranked.insert(0, cands[first])
+                    key=lambda x: ((x[1].chunk_id, x[1].piece) != first, -x[0], -x[1].score,
+                                   x[1].chunk_id, x[1].piece))
     covered: dict[str, set[str]] = {}  # chunk id -> query terms its chosen passages match
     together: dict[str, int] = {}  # chunk id -> most query terms one of their lines holds
     # (chunk, piece) -> its text before `continued`, and after

@@ -166,11 +166,12 @@ class Relater:
         entry[1].extend(passages)
         self._waiting += len(passages)
         while self._waiting > FEED_MAX:  # the longest queue's oldest go without a vector
-            key = max(self._feed, key=lambda k: len(self._feed[k][1]))
+            key = max(self._feed, key=lambda k: len(self._feed[k][1]))  # once per queue
             whose, queue = self._feed[key]
-            queue.popleft()
-            whose.give_up()
-            self._waiting -= 1
+            for _ in range(min(self._waiting - FEED_MAX, len(queue))):
+                queue.popleft()
+                whose.give_up()
+                self._waiting -= 1
             if not queue:
                 del self._feed[key]
         if self._feeder is None or self._feeder.done():
