@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +41,19 @@ CALL_CHARS = 300  # of a call's arguments, as context for its output's passages
 DRAIN_SLICE = 8  # waiting passages indexed per slice (~0.35 ms); requests run in between
 DRAIN_DELAY = 0.01  # s: the request that brought them is forwarded first
 CAUGHT_UP = 16  # passages still to embed, at most, for a question's wait to pay off
+# A session that has sent nothing for this long waits to be embedded behind every session
+# that has: a finished loop's backlog must not halve a live loop's share (its questions,
+# if any come, come later; a live loop's come now)
+IDLE_S = 30.0
+
+
+@dataclass(slots=True)
+class _Queue:
+    """One session's passages waiting to be embedded, first in, first out."""
+
+    vectors: Vectors
+    passages: deque[tuple[int, str]]
+    seen: float  # when the session's latest request came (the Relater's clock)
 
 
 @dataclass(slots=True)
@@ -52,14 +67,16 @@ class Relevance:
 
 
 class Relater:
-    def __init__(self, embedder: Any | None, related: RelatedWords | None = None) -> None:
+    def __init__(self, embedder: Any | None, related: RelatedWords | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.embedder = embedder  # a store.embed.CachedEmbedder, or None (lexical only)
         # a question's words also match their related words (store/related.py)
         self.related = related_words() if related is None else related
         # passages waiting to be embedded, per session (first in, first out within one),
         # the sessions taken in turn: one session's burst (a history sent whole) does
         # not hold back every other session's passages for minutes
-        self._feed: dict[int, tuple[Vectors, deque[tuple[int, str]]]] = {}
+        self._feed: dict[int, _Queue] = {}  # id(vectors) -> its queue, in turn order
+        self._clock = clock  # when a session was last seen (`IDLE_S`)
         self._waiting = 0  # passages in `_feed`
         self._feeder: asyncio.Task[None] | None = None
         self._embedding = 0  # passages of the batch the embedder has now
@@ -158,44 +175,52 @@ class Relater:
 
     def feed(self, vectors: Vectors) -> None:
         """Hand the passages `vectors`' index gained to the embedder, as background work;
-        their rows land in `vectors` as each batch comes back."""
+        their rows land in `vectors` as each batch comes back. Called on each of the
+        session's requests: it also marks the session active (`IDLE_S`)."""
+        now = self._clock()
+        entry = self._feed.get(id(vectors))
+        if entry is not None:
+            entry.seen = now
         passages = vectors.new_passages()
         if not passages:
             return
-        entry = self._feed.setdefault(id(vectors), (vectors, deque()))
-        entry[1].extend(passages)
+        if entry is None:
+            entry = self._feed[id(vectors)] = _Queue(vectors, deque(), now)
+        entry.passages.extend(passages)
         self._waiting += len(passages)
-        while self._waiting > FEED_MAX:  # the longest queue's oldest go without a vector
-            key = max(self._feed, key=lambda k: len(self._feed[k][1]))  # once per queue
-            whose, queue = self._feed[key]
-            for _ in range(min(self._waiting - FEED_MAX, len(queue))):
-                queue.popleft()
-                whose.give_up()
+        while self._waiting > FEED_MAX:  # the longest queue's oldest go without a vector,
+            since = now - IDLE_S  # a quiet session's first
+            quiet = [k for k, e in self._feed.items() if e.seen < since]
+            key = max(quiet or self._feed, key=lambda k: len(self._feed[k].passages))
+            longest = self._feed[key]
+            for _ in range(min(self._waiting - FEED_MAX, len(longest.passages))):
+                longest.passages.popleft()
+                longest.vectors.give_up()
                 self._waiting -= 1
-            if not queue:
+            if not longest.passages:
                 del self._feed[key]
         if self._feeder is None or self._feeder.done():
             self._feeder = asyncio.get_running_loop().create_task(self._run(), name="vectors")
 
     async def _run(self) -> None:
         """One background job at a time: the embedder's bulk queue, never ahead of queries.
-        Each batch comes from one session, the sessions in turn; its rows land in the
-        session its passages came from."""
+        Each batch comes from one session, the sessions in turn (`_next`); its rows land
+        in the session its passages came from."""
         assert self.embedder is not None
         while self._feed:
             await QUIET.wait()
             batch: list[str] = []  # whole passages' units (store/vectors.py), off the path
             spans: list[tuple[Vectors, int, int]] = []  # (whose, passage, its units)
-            key = next(iter(self._feed))
-            vectors, queue = self._feed.pop(key)
-            while queue and len(batch) < FEED_BATCH:
-                n, text = queue.popleft()
+            key = self._next()
+            entry = self._feed.pop(key)
+            while entry.passages and len(batch) < FEED_BATCH:
+                n, text = entry.passages.popleft()
                 cut = units(text)
-                spans.append((vectors, n, len(cut)))
+                spans.append((entry.vectors, n, len(cut)))
                 batch += cut
             self._waiting -= len(spans)
-            if queue:  # its turn again after the others'
-                self._feed[key] = (vectors, queue)
+            if entry.passages:  # its turn again after the others'
+                self._feed[key] = entry
             self._embedding = len(spans)
             failed: Exception | None = None
             rows: Any = None
@@ -216,6 +241,13 @@ class Relater:
             if failed is not None:
                 log.warning("passage_embedding_failed", error=type(failed).__name__)
                 await asyncio.sleep(1.0)
+
+    def _next(self) -> int:
+        """Whose batch is next: the first session in turn order that sent a request in the
+        last `IDLE_S`; only when none did, the first of the idle ones."""
+        since = self._clock() - IDLE_S
+        return next((k for k, e in self._feed.items() if e.seen >= since),
+                    next(iter(self._feed)))
 
     @property
     def backlog(self) -> int:

@@ -151,6 +151,34 @@ async def test_one_sessions_burst_does_not_hold_back_another_sessions_passages()
     assert burst.waiting == paced.waiting == 0 and burst.count == 200
 
 
+async def test_a_session_gone_quiet_waits_behind_the_live_ones() -> None:
+    """A finished loop (or one that stopped) can leave hundreds of passages waiting; a live
+    loop's new ones go first, all of them, or its questions would find nothing by vector
+    while the embedder works through a backlog nobody may ask about again. A request makes
+    a quiet session live again."""
+    now = [1000.0]
+    embedder = TopicEmbedder({"x": ["x"]})
+    relater = Relater(embedder, clock=lambda: now[0])
+    quiet, live = session(100, "finished loop's line {i}"), session(40, "live output {i}")
+    relater.feed(quiet)
+    now[0] += proxy.relate.IDLE_S + 1
+    relater.feed(live)
+    await asyncio.wait_for(relater.flush(), 10)
+    whose = ["live" if any("live output" in t for t in batch) else "quiet"
+             for batch in embedder.calls]
+    assert whose == ["live"] * 3 + ["quiet"] * 7  # batches of FEED_BATCH = 16 units
+    assert quiet.count == 100 and live.count == 40
+
+    embedder.calls.clear()  # new texts: the embedder's cache has the first ones
+    quiet, live = session(40, "stopped loop's line {i}"), session(40, "live output 2.{i}")
+    relater.feed(quiet)
+    now[0] += proxy.relate.IDLE_S + 1
+    relater.feed(live)
+    relater.feed(quiet)  # its next request (nothing new in it): live again, first in turn
+    await asyncio.wait_for(relater.flush(), 10)
+    assert [any("live output" in t for t in b) for b in embedder.calls] == [False, True] * 3
+
+
 async def test_past_its_bound_the_longest_queue_loses_its_oldest(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(proxy.relate, "FEED_MAX", 4)
@@ -159,6 +187,21 @@ async def test_past_its_bound_the_longest_queue_loses_its_oldest(
     relater.feed(other)  # first in, but not the one that overflowed the bound
     relater.feed(burst)
     assert (burst.waiting, other.waiting, relater.backlog) == (2, 2, 4)
+    await relater.close()
+
+
+async def test_past_its_bound_a_quiet_sessions_queue_loses_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live session's passages are kept over a quiet one's, though the quiet queue is
+    not the longest."""
+    monkeypatch.setattr(proxy.relate, "FEED_MAX", 4)
+    now = [1000.0]
+    relater = Relater(Stalled({"x": ["x"]}), clock=lambda: now[0])
+    quiet, live = session(3, "stopped loop's line {i}"), session(4)
+    relater.feed(quiet)
+    now[0] += proxy.relate.IDLE_S + 1
+    relater.feed(live)
+    assert (live.waiting, quiet.waiting, relater.backlog) == (4, 0, 4)
     await relater.close()
 
 
