@@ -53,20 +53,24 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
     if rel.step.asks and asks_quantity(rel.step.words):  # proxy/answers.py
         words = set(terms(rel.step.words)).union(*(terms(w) for w in rel.related))
         stated = stated_passages(state.index, rel.hits, words)
-    chosen = select([h for h in rel.hits if (h.chunk_id, h.piece) not in shown],
-                    recallable, state.meta, query=query,
-                    min_relevance=(min(settings.min_relevance,
-                                       settings.question_min_relevance)
-                                   if rel.step.asks else settings.min_relevance),
-                    min_relative=settings.min_relative, top_k=settings.top_k,
-                    budget=cap, count=count,
-                    vectors=[v for v in rel.vectors if (v[0].chunk_id, v[0].piece)
-                             not in shown],
-                    min_similarity=settings.min_similarity, related=rel.related,
-                    stated=stated,
-                    following=state.index.following if rel.step.asks else None,
-                    question_similarity=(settings.question_min_similarity
-                                         if rel.step.asks else None))
+
+    def choose(recallable: set[str]) -> list[Recalled]:
+        return select([h for h in rel.hits if (h.chunk_id, h.piece) not in shown],
+                      recallable, state.meta, query=query,
+                      min_relevance=(min(settings.min_relevance,
+                                         settings.question_min_relevance)
+                                     if rel.step.asks else settings.min_relevance),
+                      min_relative=settings.min_relative, top_k=settings.top_k,
+                      budget=cap, count=count,
+                      vectors=[v for v in rel.vectors if (v[0].chunk_id, v[0].piece)
+                               not in shown],
+                      min_similarity=settings.min_similarity, related=rel.related,
+                      stated=stated,
+                      following=state.index.following if rel.step.asks else None,
+                      question_similarity=(settings.question_min_similarity
+                                           if rel.step.asks else None))
+
+    chosen = choose(recallable)
     if not chosen:
         return fit, result
     need = sum(r.tokens for r in chosen) + rt.block_overhead
@@ -79,6 +83,12 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
                               rt.policy, ctx)
         if refit.tokens <= room - need:
             fit, free = refit, room - refit.tokens
+            # what it evicted to make that room can hold what the step asks better than
+            # the passages chosen (a large tool output whose one line answers): choose
+            # again among everything evicted now
+            more = {p.chunk.id for p in conv.parts if p.chunk.id in fit.evicted}
+            if not more <= recallable:
+                chosen = choose(more) or chosen
     costs = [rt.fitter.part_cost(conv, p, fit.evicted) for p in conv.parts]
     host = host_of(conv, costs)
     block = make_block(chosen, host, count, free) if host is not None else None
@@ -86,6 +96,7 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
         return fit, result
     return fit, RecallResult(blocks=[*kept, block], tokens=result.tokens + block.tokens,
                              passages=list(block.passages), query=query)
+
 
 async def across_sessions(store: Store, rt: RouteRuntime, conv: Conversation, fit: Fit,
                           result: RecallResult, tenant: str, session: str,

@@ -815,6 +815,45 @@ async def test_a_question_may_fill_the_room_left_beyond_the_recall_share(
     assert ANSWER in sent and "30 days" in sent and "14 days hot" in sent
 
 
+def inventory(hosts: int = 110) -> str:
+    """A ~2,300-token tool output whose one line, in the middle, answers ASK."""
+    lines = [f"host app-{k:03d}.internal role=web zone=eu-{k % 3} cpu={k % 16} "
+             f"mem={k * 3 % 64}G" for k in range(hosts)]
+    lines.insert(hosts // 2, f"host {ANSWER} role=database env=staging zone=eu-1 cpu=8")
+    return "\n".join(lines)
+
+
+async def test_what_the_room_for_a_recall_evicts_can_itself_be_recalled(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """The answer sits in the latest tool output, in context; recall picks weaker evicted
+    matches and, to make room for them, evicts that output. Recall then chooses again
+    among what is evicted now, so the answer's line comes back: it had been sent
+    nowhere (a generated paced session lost its tracking number so)."""
+    client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        user("Refactor the handlers, then check the staging database setup.")]
+    for t in range(1, 13):
+        todo = (f"\n# TODO: the staging database migration for module {t} is pending"
+                if t % 3 == 0 else "")
+        msgs += [assistant(None, call(f"c{t}", "read_file", json.dumps({"path": f"m{t}.py"}))),
+                 tool(f"c{t}", "\n".join(listing(t).splitlines()[:12]) + todo)]
+        await post(client, msgs)
+    msgs += [assistant(None, call("inv", "bash", json.dumps({"cmd": "cat inventory.txt"}))),
+             tool("inv", inventory())]
+    await post(client, msgs)
+    assert ANSWER in json.dumps(upstream.history[-1].body["messages"])  # in context
+    resp = await post(client, [*msgs, assistant("Inventory read."),
+                               user("Which machine hosts the staging database?")])
+    assert resp.headers["X-Ctxwarden-Evicted"] != "0"
+    sent = upstream.history[-1].body["messages"]
+    log = (await (await client.get("/admin/evictions", params={"session": "s-1"})).json())
+    turn = int(resp.headers["X-Ctxwarden-Turn"])
+    now = {(e["action"], e["chunk_id"]) for e in log["events"] if e["turn"] == turn}
+    assert ANSWER in sent[-1]["content"] and OPEN in sent[-1]["content"]
+    assert any(("evict", c) in now for a, c in now if a == "recall")  # evicted, recalled
+
+
 LEDGER = "\n".join(  # one tool output, several passages: each names an overdue invoice
     f"INV-{7100 + i}: customer acme-{i:02d}, 4{i}0.00 EUR, overdue since "
     f"2026-0{1 + i % 9}-1{i % 9}; "
