@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,33 +26,19 @@ import structlog
 
 from proxy.analysis import text_of
 from proxy.chunking import Conversation
+from proxy.feeder import Feeder
 from proxy.recall import ChunkMeta
 from proxy.step import QUERY_CHARS, Related, Step, asking, current_step, related_of, search
 from store.quiet import QUIET
 from store.related import RelatedWords, related_words
 from store.relevance import Hit, RelevanceIndex
-from store.vectors import Vectors, units
+from store.vectors import Vectors
 
 log = structlog.get_logger("ctxwarden")
-FEED_MAX = 4096  # passages waiting to be embedded; past it the longest queue loses its oldest
-FEED_BATCH = 16  # units
 CALL_CHARS = 300  # of a call's arguments, as context for its output's passages
 DRAIN_SLICE = 8  # waiting passages indexed per slice (~0.35 ms); requests run in between
 DRAIN_DELAY = 0.01  # s: the request that brought them is forwarded first
 CAUGHT_UP = 16  # passages still to embed, at most, for a question's wait to pay off
-# A session that has sent nothing for this long waits to be embedded behind every session
-# that has: a finished loop's backlog must not halve a live loop's share (its questions,
-# if any come, come later; a live loop's come now)
-IDLE_S = 30.0
-
-
-@dataclass(slots=True)
-class _Queue:
-    """One session's passages waiting to be embedded, first in, first out."""
-
-    vectors: Vectors
-    passages: deque[tuple[int, str]]
-    seen: float  # when the session's latest request came (the Relater's clock)
 
 
 @dataclass(slots=True)
@@ -72,14 +57,8 @@ class Relater:
         self.embedder = embedder  # a store.embed.CachedEmbedder, or None (lexical only)
         # a question's words also match their related words (store/related.py)
         self.related = related_words() if related is None else related
-        # passages waiting to be embedded, per session (first in, first out within one),
-        # the sessions taken in turn: one session's burst (a history sent whole) does
-        # not hold back every other session's passages for minutes
-        self._feed: dict[int, _Queue] = {}  # id(vectors) -> its queue, in turn order
-        self._clock = clock  # when a session was last seen (`IDLE_S`)
-        self._waiting = 0  # passages in `_feed`
-        self._feeder: asyncio.Task[None] | None = None
-        self._embedding = 0  # passages of the batch the embedder has now
+        # new passages to the embedder, the sessions in turn (proxy/feeder.py)
+        self.feeder = None if embedder is None else Feeder(embedder, clock)
         self._drains: dict[int, asyncio.Task[None]] = {}  # id(index) -> its drain
 
     def prefetch(self, vectors: Vectors | None, messages: list[dict[str, Any]],
@@ -174,97 +153,27 @@ class Relater:
             await asyncio.sleep(0)
 
     def feed(self, vectors: Vectors) -> None:
-        """Hand the passages `vectors`' index gained to the embedder, as background work;
-        their rows land in `vectors` as each batch comes back. Called on each of the
-        session's requests: it also marks the session active (`IDLE_S`)."""
-        now = self._clock()
-        entry = self._feed.get(id(vectors))
-        if entry is not None:
-            entry.seen = now
-        passages = vectors.new_passages()
-        if not passages:
-            return
-        if entry is None:
-            entry = self._feed[id(vectors)] = _Queue(vectors, deque(), now)
-        entry.passages.extend(passages)
-        self._waiting += len(passages)
-        while self._waiting > FEED_MAX:  # the longest queue's oldest go without a vector,
-            since = now - IDLE_S  # a quiet session's first
-            quiet = [k for k, e in self._feed.items() if e.seen < since]
-            key = max(quiet or self._feed, key=lambda k: len(self._feed[k].passages))
-            longest = self._feed[key]
-            for _ in range(min(self._waiting - FEED_MAX, len(longest.passages))):
-                longest.passages.popleft()
-                longest.vectors.give_up()
-                self._waiting -= 1
-            if not longest.passages:
-                del self._feed[key]
-        if self._feeder is None or self._feeder.done():
-            self._feeder = asyncio.get_running_loop().create_task(self._run(), name="vectors")
-
-    async def _run(self) -> None:
-        """One background job at a time: the embedder's bulk queue, never ahead of queries.
-        Each batch comes from one session, the sessions in turn (`_next`); its rows land
-        in the session its passages came from."""
-        assert self.embedder is not None
-        while self._feed:
-            await QUIET.wait()
-            batch: list[str] = []  # whole passages' units (store/vectors.py), off the path
-            spans: list[tuple[Vectors, int, int]] = []  # (whose, passage, its units)
-            key = self._next()
-            entry = self._feed.pop(key)
-            while entry.passages and len(batch) < FEED_BATCH:
-                n, text = entry.passages.popleft()
-                cut = units(text)
-                spans.append((entry.vectors, n, len(cut)))
-                batch += cut
-            self._waiting -= len(spans)
-            if entry.passages:  # its turn again after the others'
-                self._feed[key] = entry
-            self._embedding = len(spans)
-            failed: Exception | None = None
-            rows: Any = None
-            try:
-                if batch:
-                    rows = await self.embedder.embed(batch)
-            except Exception as exc:  # the batch is given up: it goes without vectors
-                failed = exc
-            finally:
-                self._embedding = 0
-            at = 0
-            for vectors, n, k in spans:
-                if failed is None:
-                    vectors.land(n, rows[at:at + k] if k else ())
-                else:
-                    vectors.give_up()
-                at += k
-            if failed is not None:
-                log.warning("passage_embedding_failed", error=type(failed).__name__)
-                await asyncio.sleep(1.0)
-
-    def _next(self) -> int:
-        """Whose batch is next: the first session in turn order that sent a request in the
-        last `IDLE_S`; only when none did, the first of the idle ones."""
-        since = self._clock() - IDLE_S
-        return next((k for k, e in self._feed.items() if e.seen >= since),
-                    next(iter(self._feed)))
+        """Hand the passages `vectors`' index gained to the embedder (proxy/feeder.py)."""
+        if self.feeder is not None:
+            self.feeder.feed(vectors)
 
     @property
     def backlog(self) -> int:
         """Passages handed over whose vectors are not computed yet (`/admin/store`'s
         `vectors_pending`, `/metrics`' `ctxwarden_vectors_pending`)."""
-        return self._waiting + self._embedding
+        return 0 if self.feeder is None else self.feeder.backlog
 
     async def flush(self, timeout: float = 300.0) -> None:
         """Until every passage handed over is embedded (tests and benchmarks: a paced
         agent loop gives the embedder this time between turns)."""
-        async with asyncio.timeout(timeout):
-            while self._feeder is not None and not self._feeder.done():
-                await asyncio.shield(self._feeder)
+        if self.feeder is not None:
+            await self.feeder.flush(timeout)
 
     async def close(self) -> None:
-        for task in [self._feeder, *self._drains.values()]:
-            if task is not None and not task.done():
+        if self.feeder is not None:
+            await self.feeder.close()
+        for task in list(self._drains.values()):  # a cancelled one leaves the dict
+            if not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task

@@ -202,20 +202,22 @@ async def test_the_embedding_lag_is_in_metrics_and_admin_store(
 async def test_passages_waiting_for_relevance_vectors_show_in_metrics_and_admin_store(
         aiohttp_client: ClientFactory, upstream: UpstreamServer, tmp_path: Path) -> None:
     """Every new passage is handed to the embedder for the vectors that refine relevance
-    (proxy/relate.py); that queue is the embedder's work too, so it is shown, not hidden
+    (proxy/feeder.py); that queue is the embedder's work too, so it is shown, not hidden
     behind a store backlog of 0."""
     db = tmp_path / "db"
     lance = LanceStore(db, get_embedder("sentence-transformers", "all-MiniLM-L6-v2"))
     client = await make(aiohttp_client, config(upstream.url, str(db)), lance)
     relater = client.app[PIPELINE].relater
+    feeder = relater.feeder
+    assert feeder is not None
     gate = asyncio.Event()
-    original = relater.embedder.embed
+    original = feeder.embedder.embed
 
     async def stalled(texts: list[str]) -> Any:  # the embedder is busy elsewhere
         await gate.wait()
         return await original(texts)
 
-    relater.embedder = _Stalled(relater.embedder, stalled)
+    feeder.embedder = _Stalled(feeder.embedder, stalled)
     stamp = time.time()  # passages no earlier test has embedded
     messages = [{"role": "user", "content": f"passage {i} written at {stamp}: " + "words " * 40}
                 for i in range(40)]

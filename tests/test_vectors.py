@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
-import proxy.relate
+import proxy.feeder
 from proxy.relate import Relater
 from store.relevance import RelevanceIndex
 from store.vectors import UNIT_CHARS, Vectors, units
@@ -127,7 +127,7 @@ class Stalled(TopicEmbedder):
 
 async def test_past_its_bound_the_feeder_drops_the_oldest_passages(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(proxy.relate, "FEED_MAX", 4)
+    monkeypatch.setattr(proxy.feeder, "FEED_MAX", 4)
     relater = Relater(Stalled({"x": ["x"]}))
     vectors = session(10)
     relater.feed(vectors)
@@ -161,7 +161,7 @@ async def test_a_session_gone_quiet_waits_behind_the_live_ones() -> None:
     relater = Relater(embedder, clock=lambda: now[0])
     quiet, live = session(100, "finished loop's line {i}"), session(40, "live output {i}")
     relater.feed(quiet)
-    now[0] += proxy.relate.IDLE_S + 1
+    now[0] += proxy.feeder.IDLE_S + 1
     relater.feed(live)
     await asyncio.wait_for(relater.flush(), 10)
     whose = ["live" if any("live output" in t for t in batch) else "quiet"
@@ -172,7 +172,7 @@ async def test_a_session_gone_quiet_waits_behind_the_live_ones() -> None:
     embedder.calls.clear()  # new texts: the embedder's cache has the first ones
     quiet, live = session(40, "stopped loop's line {i}"), session(40, "live output 2.{i}")
     relater.feed(quiet)
-    now[0] += proxy.relate.IDLE_S + 1
+    now[0] += proxy.feeder.IDLE_S + 1
     relater.feed(live)
     relater.feed(quiet)  # its next request (nothing new in it): live again, first in turn
     await asyncio.wait_for(relater.flush(), 10)
@@ -181,7 +181,7 @@ async def test_a_session_gone_quiet_waits_behind_the_live_ones() -> None:
 
 async def test_past_its_bound_the_longest_queue_loses_its_oldest(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(proxy.relate, "FEED_MAX", 4)
+    monkeypatch.setattr(proxy.feeder, "FEED_MAX", 4)
     relater = Relater(Stalled({"x": ["x"]}))
     other, burst = session(2, "another session's line {i}"), session(10)
     relater.feed(other)  # first in, but not the one that overflowed the bound
@@ -194,12 +194,12 @@ async def test_past_its_bound_a_quiet_sessions_queue_loses_first(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A live session's passages are kept over a quiet one's, though the quiet queue is
     not the longest."""
-    monkeypatch.setattr(proxy.relate, "FEED_MAX", 4)
+    monkeypatch.setattr(proxy.feeder, "FEED_MAX", 4)
     now = [1000.0]
     relater = Relater(Stalled({"x": ["x"]}), clock=lambda: now[0])
     quiet, live = session(3, "stopped loop's line {i}"), session(4)
     relater.feed(quiet)
-    now[0] += proxy.relate.IDLE_S + 1
+    now[0] += proxy.feeder.IDLE_S + 1
     relater.feed(live)
     assert (live.waiting, quiet.waiting, relater.backlog) == (4, 0, 4)
     await relater.close()
