@@ -85,7 +85,6 @@ class Feeder:
         """One background job at a time: the embedder's bulk queue, never ahead of queries.
         Each batch comes from one session, the sessions in turn (`_next`); its rows land
         in the session its passages came from."""
-        assert self.embedder is not None
         while self._feed:
             await QUIET.wait()
             batch: list[str] = []  # whole passages' units (store/vectors.py), off the path
