@@ -13,6 +13,9 @@ word counts at its cosine times its idf, never as much as the question's own wor
 opposite not at all (`opposite`: a listed pair in its inflected forms, or a negation by
 prefix; the table keeps them, `RelatedWords.of` leaves them out).
 
+Beside the model's words, the trade's (store/idioms.py): a check that "went red" printed
+FAILED, a "machine" is an instance; they join each word's line at a middling cosine.
+
 The table ships with ctxwarden (`related.tsv.gz`, ~0.5 MB): built from the model in
 about 10 s of numpy (`python -m store.related`), it would otherwise cost every start that
 long. `tests/test_related.py` rebuilds part of it from the installed model and compares.
@@ -27,6 +30,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from store.idioms import WEIGHT as IDIOM_WEIGHT
+from store.idioms import idioms as shop_talk
 from store.terms import STOP, stem
 
 TABLE = Path(__file__).with_name("related.tsv.gz")
@@ -121,8 +126,11 @@ class RelatedWords:
     out: ~7 µs a word), then kept read: 19,000 strings take ~3 MB, where 100,000 (word,
     cosine) pairs took 18."""
 
-    def __init__(self, table: dict[str, str]) -> None:
+    def __init__(self, table: dict[str, str],
+                 idioms: dict[str, tuple[str, ...]] | None = None) -> None:
         self.table = table
+        # the trade's own words, beside the model's (store/idioms.py)
+        self.idioms = shop_talk() if idioms is None else idioms
         self._read: dict[str, list[tuple[str, float]]] = {}
 
     def __len__(self) -> int:
@@ -133,13 +141,15 @@ class RelatedWords:
         near = self._read.get(word)
         if near is None:
             line = self.table.get(word)
-            if not line:
+            said = self.idioms.get(word, ())
+            if not line and not said:
                 return []
-            near = []
-            for item in line.split(" "):
+            best = {w: IDIOM_WEIGHT for w in said if w != word}
+            for item in line.split(" ") if line else ():
                 w, _, c = item.rpartition(":")
                 if not opposite(word, w):
-                    near.append((w, int(c) / 100))
+                    best[w] = max(best.get(w, 0.0), int(c) / 100)
+            near = sorted(best.items(), key=lambda x: -x[1])
             if len(self._read) >= READ_MAX:
                 self._read.clear()
             self._read[word] = near

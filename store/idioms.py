@@ -1,0 +1,62 @@
+"""Working words: what a question calls a thing where an agent's tools print another.
+
+The related-words table (store/related.py) is distributional: built from MiniLM's input
+embeddings, it joins "big" to "large" and "grew" to "growth", but in plain English. It
+does not know the shop talk that joins a user's words to what a tool prints: a test run
+that "went red" prints FAILED, the address to "point the browser at" is a URL with a
+port, a "machine" is an instance, a "label" a tag, a "ceiling" a cap or a limit. Each
+line here is one such idiom of software, operations, data, research and contracts: the
+question's words, then what a tool's output or a document says for them. They join the
+table's own related words (`RelatedWords.of`) at `WEIGHT`, a middling cosine, so they
+count as a related word does (cosine x idf, outside the strength yardstick, never as
+much as the question's own word), and only for a question (proxy/step.py
+`related_of`).
+
+Kept short and general on purpose: every entry is a usage a reader in the trade would
+name without seeing any workload, not a phrase lifted from a benchmark's questions
+(docs/design-notes.md says what each measured set gained).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+WEIGHT = 0.5
+
+_IDIOMS = """
+red reds: fail failed failing failure failures error errors
+green: pass passed passing success succeeded
+broke broken break breaks breaking: fail failed failing failure error errors regression
+crash crashed crashes crashing: error errors exception traceback panic fatal killed
+browser browsers url urls link links website: http https localhost port url
+machine machines box boxes server servers vm vms: instance instances host hosts node nodes
+label labels labelled labeled labelling labeling: tag tags tagged untagged
+unlabeled unlabelled: untagged
+ceiling ceilings: cap caps capped limit limits maximum max exceed
+deal deals: agreement contract
+extend extends extended extension extensions: renew renews renewal renewed
+people persons: participants respondents adults subjects
+slow slower slowest sluggish laggy: latency took duration elapsed timeout p95 p99
+memory ram: mem heap rss oom
+outage outages: unavailable unreachable degraded incident error
+stuck hung hang hangs frozen: timeout timed deadlock blocked
+owner owners owns: maintainer maintainers assignee author
+endpoint endpoints: url http https route path
+charged charge bill billed: amount total fee fees invoice billed charged
+"""
+
+
+def _parse(text: str) -> dict[str, tuple[str, ...]]:
+    out: dict[str, tuple[str, ...]] = {}
+    for line in text.strip().splitlines():
+        asked, _, said = line.partition(":")
+        targets = tuple(said.split())
+        for word in asked.split():
+            out[word] = tuple(dict.fromkeys((*out.get(word, ()), *targets)))
+    return out
+
+
+@lru_cache(maxsize=1)
+def idioms() -> dict[str, tuple[str, ...]]:
+    """question word -> the words a tool or a document uses for it."""
+    return _parse(_IDIOMS)

@@ -1,0 +1,105 @@
+"""Working words (store/idioms.py): a question in the trade's words reaches what a tool
+printed in its own, through the related words and only as one of them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from proxy.app import init_app
+from proxy.config import Settings
+from proxy.step import Step, related_of, search
+from store.base import MemoryStore
+from store.idioms import WEIGHT, _parse, idioms
+from store.related import RelatedWords, related_words
+from store.relevance import RelevanceIndex
+from tests.support.messages import assistant, call, tool, user
+from tests.support.openai_server import UpstreamServer
+
+ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
+
+
+def pytest_run(n: int, failed: str | None) -> str:
+    lines = [f"tests/unit/test_module_{n}_{k}.py ....s......s......... [{k * 20}%]"
+             for k in range(1, 5)]
+    if failed:
+        lines += ["=" * 20 + " FAILURES " + "=" * 20,
+                  f"FAILED tests/unit/test_module_{n}_2.py::{failed} - AssertionError: "
+                  "assert 3 == 4", f"==== 1 failed, 80 passed in 12.{n}s ===="]
+    else:
+        lines.append(f"==== 0 failed, 81 passed in 11.{n}s ====")
+    return "\n".join(lines)
+
+
+def test_each_asked_word_of_a_line_stands_for_all_its_said_words() -> None:
+    table = _parse("""
+        red reds: fail failed
+        broke: fail error
+        red: error
+    """)
+    assert table == {"red": ("fail", "failed", "error"), "reds": ("fail", "failed"),
+                     "broke": ("fail", "error")}
+    shipped = idioms()
+    assert {"fail", "failed"} <= set(shipped["red"]) and "untagged" in shipped["label"]
+
+
+def test_an_idiom_joins_the_models_own_words_and_never_lowers_them() -> None:
+    words = RelatedWords({"label": "labelled:56", "server": "instance:61 client:36"},
+                         idioms={"label": ("tag", "labelled"), "server": ("instance",),
+                                 "browser": ("url", "http")})
+    assert words.of("label") == [("labelled", 0.56), ("tag", WEIGHT)]
+    assert words.of("server") == [("instance", 0.61), ("client", 0.36)]  # the better one
+    assert words.of("browser") == [("url", WEIGHT), ("http", WEIGHT)]  # no line of its own
+    assert words.of("browser", min_similarity=0.6) == []
+    assert RelatedWords({"label": "labelled:56"}, idioms={}).of("label") == [("labelled", 0.56)]
+
+
+def test_a_check_that_went_red_finds_the_run_that_printed_failed() -> None:
+    index = RelevanceIndex()
+    for n in range(6):
+        index.add(f"run{n}", pytest_run(n, "test_refund_rounding" if n == 2 else None))
+    index.add("note", "Red team review of the checkout page is booked for Friday.")
+    q = "Which check went red in the earlier test run?"
+    index.add("q", q)
+    question = Step(q, "", frozenset({"q"}), asks=True)
+    related = related_of(question, related_words(), 0.35)
+    assert related["fail"] == ("red", WEIGHT)
+    found = search(index, question, related)
+    assert found[0].chunk_id == "run2", [(h.chunk_id, round(h.score, 2)) for h in found[:4]]
+    # without the idiom, "red" finds the red team's note, and the runs tie on their words
+    plain = RelatedWords(related_words().table, idioms={})
+    alone = search(index, question, related_of(question, plain, 0.35))
+    assert alone[0].chunk_id != "run2"
+
+
+async def test_back_to_back_with_no_embedder_the_red_check_is_recalled_by_its_idiom(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """The turn after the runs were evicted, no pause and no embedder: the question's
+    "went red" reaches the one run that printed FAILED, and the recall says so."""
+    st = Settings(store={"path": ":memory:"}, routes=[{
+        "name": "agent", "model": "agent-*", "context_window": 1200, "max_output_tokens": 256,
+        "upstream": {"model": "openai/gpt-4o", "api_base": upstream.url, "api_key": "sk-up"}}])
+    client = await aiohttp_client(init_app(st, store=MemoryStore()))
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        user("Get the billing service's test suite green.")]
+    for t in range(1, 15):
+        out = pytest_run(t, "test_refund_rounding" if t == 3 else None)
+        history += [assistant(None, call(f"call_{t}", "run_tests", json.dumps(
+            {"selector": f"tests/unit/{t}"}))), tool(f"call_{t}", out)]
+    for end in range(4, len(history) + 1, 2):
+        resp = await client.post("/v1/chat/completions", headers={"X-Session-ID": "red"},
+                                 json={"model": "agent-1", "messages": history[:end]})
+        assert resp.status == 200, await resp.text()
+    assert "test_refund_rounding" not in json.dumps(upstream.history[-1].body["messages"])
+    resp = await client.post("/v1/chat/completions", headers={"X-Session-ID": "red"}, json={
+        "model": "agent-1", "messages": [*history, assistant("Done with that batch."),
+                                         user("Which check went red in the earlier run?")]})
+    assert resp.status == 200, await resp.text()
+    assert "test_refund_rounding" in json.dumps(upstream.history[-1].body["messages"])
+    log = await (await client.get("/admin/evictions", params={"session": "red"})).json()
+    reasons = [e["reason"] for e in log["events"] if e["action"] == "recall"]
+    assert any("fail (~red)" in r for r in reasons), reasons
