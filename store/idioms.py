@@ -23,6 +23,8 @@ from functools import lru_cache
 
 WEIGHT = 0.5
 
+# A word with an everyday sense the trade's does not share stays out: "charge" ("who is
+# in charge of billing?" asks for no amount), "open", "run", "down".
 _IDIOMS = """
 red reds: fail failed failing failure failures error errors
 green: pass passed passing success succeeded
@@ -42,7 +44,7 @@ outage outages: unavailable unreachable degraded incident error
 stuck hung hang hangs frozen: timeout timed deadlock blocked
 owner owners owns: maintainer maintainers assignee author
 endpoint endpoints: url http https route path
-charged charge bill billed: amount total fee fees invoice billed charged
+charged bill billed: amount total fee fees invoice billed charged
 """
 
 
