@@ -98,15 +98,17 @@ def asking(text: str) -> bool:
 # the question's own in BM25 and recalled passages that happen to say them.
 ASIDES = frozenset(terms("quick question brief answer continue carry proceed ahead go "
                          "going hold task help assist moment wait now also first real "
-                         "short respond"))
+                         "short respond keep concise rush"))
 _SENTENCE_END = re.compile(r"(?<=[.!?:;])\s+|\n")  # not the dot of "4.1" or "a.py"
+_CLAUSE_END = re.compile(r"(?<=,)\s+")  # not the comma of "1,080.48"
 
 
 def without_asides(text: str) -> str:
-    """`text` less its sentences about the conversation itself ("Hold on.", "Quick
-    question before you go on:", "Then carry on with the task."); all of it when
-    nothing else is left."""
-    kept = [s for s in _SENTENCE_END.split(text) if not set(terms(s)) <= ASIDES]
+    """`text` less its sentences and clauses about the conversation itself ("Hold on.",
+    "Quick question before you go on:", "Before you go on, what…", "Keep it short.");
+    all of it when nothing else is left."""
+    kept = [c for s in _SENTENCE_END.split(text) for c in _CLAUSE_END.split(s)
+            if not set(terms(c)) <= ASIDES]
     return " ".join(kept) if kept else text
 
 

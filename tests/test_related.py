@@ -104,6 +104,11 @@ def test_a_questions_asides_do_not_choose_what_it_finds() -> None:
     assert without_asides("Quick one: how far can exposure go under clause 4.1?") == (
         "how far can exposure go under clause 4.1?")  # "one:" ends it; "4.1" does not
     assert without_asides("Hold on.") == "Hold on."  # nothing else: all of it
+    # a clause too, and an instruction about the answer's length
+    assert without_asides("Before you go on, what ceiling did I give you for lodging? Keep "
+                          "it short.") == "what ceiling did I give you for lodging?"
+    assert without_asides("Which host, db-1 or db-2, did we pick?") == (
+        "Which host, db-1 or db-2, did we pick?")
     index = index_of({
         "fact": "The survey was fielded online among 6,098 adults in fourteen countries.",
         "aside": "A brief survey of earlier work: the task force will continue its review.",
