@@ -21,6 +21,7 @@ for a value. Measured in docs/design-notes.md.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from store.relevance import Hit, RelevanceIndex
 from store.terms import WORD, terms
@@ -28,6 +29,15 @@ from store.terms import WORD, terms
 QUANTITY = re.compile(r"\bhow (?:many|much|large|big|long|often|old|far)\b|"
                       r"\b(?:number|size|count|total|amount|percent(?:age)?|price|cost)s?\b",
                       re.I)
+# A question about the asker's own words ("what ceiling did I give you for lodging?",
+# "which host did I tell you to leave alone?"): its answer is in a user message.
+OWN_WORDS = re.compile(
+    r"\b(?:did|do|have|had)\s+I\s+(?:\w+\s+){0,2}?(?:say|tell|give|ask|mention|want|set|"
+    r"specify|request|note|write|share|send|pick|choose|prefer|put)\b|"
+    r"\bI\s+(?:\w+\s+)?(?:said|told|gave|asked|mentioned|wanted|specified|requested|"
+    r"noted|wrote|shared|sent|picked|chose|preferred)\b|"
+    r"\bmy\s+(?:own\s+)?(?:instructions?|rules?|limits?|constraints?|requests?|"
+    r"preferences?)\b", re.I)
 BOOST = 2.0  # the score of a passage stating a rare value beside the question's words
 TOP = 64  # the best matches looked at: the answer is among them or not found this way
 NEAR = 3  # lines between a matched word and the value: a record's fields
@@ -37,6 +47,20 @@ MAX_DF = 2  # in at most this many passages: the value is this passage's own
 
 def asks_quantity(words: str) -> bool:
     return QUANTITY.search(words) is not None
+
+
+def asks_own_words(words: str) -> bool:
+    return OWN_WORDS.search(words) is not None
+
+
+def users_passages(hits: list[Hit], role_of: Callable[[str], str | None]
+                   ) -> frozenset[tuple[str, int]]:
+    """The passages among the first `TOP` of `hits` that the user wrote, for a question
+    about the asker's own words (`asks_own_words`): recall's selection boosts them as it
+    does a stated value, so the user's "The hotel total must stay under 1,080.48 USD"
+    goes before the hotel listings that share its one word with the question."""
+    return frozenset((h.chunk_id, h.piece) for h in hits[:TOP]
+                     if h.strength < 1.0 and role_of(h.chunk_id) == "user")
 
 
 def stated_passages(index: RelevanceIndex, hits: list[Hit], qterms: set[str]

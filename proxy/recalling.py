@@ -15,7 +15,7 @@ import asyncio
 import structlog
 
 from policies import PolicyContext
-from proxy.answers import asks_quantity, stated_passages
+from proxy.answers import asks_own_words, asks_quantity, stated_passages, users_passages
 from proxy.chunking import Conversation
 from proxy.fitting import Fit
 from proxy.recall import Block, Recalled, RecallResult, host_of, make_block, select
@@ -53,6 +53,9 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
     if rel.step.asks and asks_quantity(rel.step.words):  # proxy/answers.py
         words = set(terms(rel.step.words)).union(*(terms(w) for w in rel.related))
         stated = stated_passages(state.index, rel.hits, words)
+    if rel.step.asks and asks_own_words(rel.step.words):  # "what did I tell you about…"
+        stated |= users_passages(rel.hits, lambda c: m.role if (m := state.meta.get(c))
+                                 else None)
 
     def choose(recallable: set[str]) -> list[Recalled]:
         return select([h for h in rel.hits if (h.chunk_id, h.piece) not in shown],

@@ -1,8 +1,9 @@
-"""A question asking for a quantity prefers the passage that states one (proxy/answers.py)."""
+"""A question asking for a quantity prefers the passage that states one, and a question
+about the asker's own words what the user wrote (proxy/answers.py)."""
 
 from __future__ import annotations
 
-from proxy.answers import BOOST, asks_quantity, stated_passages
+from proxy.answers import BOOST, asks_own_words, asks_quantity, stated_passages, users_passages
 from proxy.recall import ChunkMeta, select
 from store.relevance import Hit, RelevanceIndex
 
@@ -106,3 +107,44 @@ def test_a_value_three_lines_below_the_name_is_stated() -> None:
     own = idx.query_terms(q)
     assert asks_quantity(q)
     assert stated_passages(idx, idx.search(own), set(own)) == {("rec", 0)}
+
+
+# A travel session: the listings say "hotel" again and again; the user's limit once.
+LISTINGS = [f"# Hotels in Lisbon, page {i}\n| Hotel Oriente {i} | 31{i}.10 | non-refundable |\n"
+            f"The hotel is a short walk from the metro; the hotel has a gym." for i in range(5)]
+LIMIT = "The hotel total must stay under 1,080.48 USD."
+TRIP = [f"Flight TP{120 + i} Lisbon-Oslo departs 0{i}:40, seat {i}C, fare class Y, "
+        f"baggage 23 kg, waiting room B{i}." for i in range(12)]
+
+
+def recalled_for(question: str) -> list[str]:
+    """What recall brings back for `question`, every passage evicted, the user's limit
+    (c5) written by the user and the listings by a tool, through the pipeline's choice
+    of boosted passages (proxy/recalling.py)."""
+    idx = RelevanceIndex()
+    for i, text in enumerate([*LISTINGS, LIMIT, *TRIP]):
+        idx.add(f"c{i}", text)
+    hits = idx.search(idx.query_terms(question))
+    meta = {f"c{i}": ChunkMeta(1, "tool", "TRANSIENT") for i in range(len(LISTINGS))}
+    meta.update({f"c{i}": ChunkMeta(1, "tool", "TRANSIENT") for i in range(6, 6 + len(TRIP))})
+    meta["c5"] = ChunkMeta(1, "user", "STRUCTURAL")
+    keys = users_passages(hits, lambda c: meta[c].role) if asks_own_words(question) else (
+        frozenset())
+    got = select(hits, set(meta), meta, query=question, min_relevance=0.0, min_relative=0.0,
+                 top_k=2, budget=10_000, count=lambda t: len(t) // 4, stated=keys)
+    return [r.hit.chunk_id for r in got]
+
+
+def test_a_question_about_the_askers_own_words_prefers_what_the_user_wrote() -> None:
+    for q in ("What ceiling did I give you for a hotel room?", "Which host did I say to leave "
+              "alone?", "Remind me what I told you about the budget", "what was my limit?"):
+        assert asks_own_words(q), q
+    for q in ("What did the hotel cost?", "Which host did you pick?", "Did it fail?"):
+        assert not asks_own_words(q), q
+    idx = RelevanceIndex()
+    for i, text in enumerate([*LISTINGS, LIMIT, *TRIP]):
+        idx.add(f"c{i}", text)
+    bm25 = [h.chunk_id for h in idx.search("What ceiling did I give you for a hotel room?")]
+    assert bm25.index("c5") >= 2  # the listings' many "hotel"s outrank the limit
+    assert recalled_for("What ceiling did I give you for a hotel room?")[0] == "c5"
+    assert "c5" not in recalled_for("What ceiling does a hotel room have?")  # not the user's
