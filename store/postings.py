@@ -182,6 +182,21 @@ class Postings:
             if n in self._waiting:
                 self._index(n)
 
+    def _settle_few(self, wanted: Iterable[str], limit: int, budget: int) -> None:
+        """Index the waiting passages of each `wanted` term (in order) that at most
+        `limit` of them may hold, `budget` passages in all: on a history sent whole, a
+        question's related word that few passages hold ("renew") can be the answer's
+        only word, where a common one ("time") would index most of the history."""
+        if self._blob is None:
+            self._blob = Blob({n: self._text[n] for n in self._waiting})
+        blob = self._blob  # indexing drops `_blob`; this one still finds what waits
+        for t in wanted:
+            few = blob.few_holders(t, limit) if budget > 0 else None
+            for n in sorted(few or ()):
+                if n in self._waiting and budget > 0:
+                    self._index(n)
+                    budget -= 1
+
     def add_many(self, items: Iterable[tuple[str, str]]) -> int:
         return sum(self.add(cid, text) for cid, text in items)
 

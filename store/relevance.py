@@ -34,6 +34,8 @@ __all__ = ["EAGER", "IDEAL_TERMS", "Hit", "RelevanceIndex"]
 
 K1, B = 1.2, 0.75
 IDEAL_TERMS = 8  # strength's yardstick: the query's most specific terms, not all of them
+FEW = 16  # waiting passages a related word may be in, at most, to be indexed for it
+FEW_BUDGET = 64  # and passages indexed so in all, on one request (store/postings.py)
 
 
 class RelevanceIndex(Postings):
@@ -105,9 +107,11 @@ class RelevanceIndex(Postings):
         """Terms of `related` words (store/related.py: word -> (the query's word, cosine))
         that the index holds and the query does not, weighted cosine x idf. On a history
         that arrived whole they count among the passages indexed so far (those holding one
-        of the query's own terms, and what the background has indexed): settling them too
-        indexed ~900 more passages of a 1,000-message history on its request (20 -> 63
-        ms), common words such as "person" or "small" being among them."""
+        of the query's own terms, and what the background has indexed), and those few
+        passages hold (at most `FEW` each, `FEW_BUDGET` in all, best cosine first) are
+        indexed for them: settling them all indexed ~900 more passages of a 1,000-message
+        history on its request (20 -> 63 ms), common words such as "person" or "small"
+        being among them."""
         cos: dict[str, float] = {}
         for word, (_, c) in related.items():
             for t in terms(word):
@@ -115,6 +119,8 @@ class RelevanceIndex(Postings):
                     cos[t] = c
         if len(self._waiting) <= self.eager:
             self._settle(cos)
+        else:
+            self._settle_few(sorted(cos, key=lambda t: (-cos[t], t)), FEW, FEW_BUDGET)
         return {t: c * self._idf(t) for t, c in cos.items() if t in self._post}
 
     def search(self, query: str | dict[str, float],

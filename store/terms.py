@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Iterator
 
 PASSAGE_CHARS = 400  # ~100 tokens: a fact with its line of context; sharper vectors too
 WORD = re.compile(r"[A-Za-z0-9]+(?:[_\-./:@][A-Za-z0-9]+)*")
@@ -184,23 +185,36 @@ class Blob:
 
     def holders(self, wanted: set[str]) -> set[int]:
         """The numbers of the texts that may hold one of the `wanted` terms."""
-        blob, starts, nums = self.text, self.starts, self.nums
         hit: set[int] = set()
         for t in wanted:
-            if t in SHAPES:  # a kind: the words of that shape hold it too
-                before = _SHAPE_BEFORE.get(t)
-                for m in _SHAPE_HINTS[t].finditer(blob):
-                    i = m.start()
-                    if before is None or (  # a host has a dot or is localhost
-                            (blob.rfind(".", max(0, i - 64), i) >= 0
-                             or blob.endswith("localhost", 0, i))
-                            and before.search(blob, max(0, i - 64), i)):
-                        hit.add(nums[bisect_right(starts, i) - 1])
-            probe = t[:-1] if t.endswith("y") and len(t) > 2 else t
-            i = blob.find(probe)
-            while i >= 0:
-                k = bisect_right(starts, i) - 1
-                hit.add(nums[k])
-                nxt = starts[k + 1] if k + 1 < len(starts) else len(blob)
-                i = blob.find(probe, nxt)
+            hit.update(self._find(t))
         return hit
+
+    def few_holders(self, term: str, limit: int) -> set[int] | None:
+        """The texts that may hold `term`, or None when more than `limit` do (the search
+        stops there: a common word costs a few finds, not a pass over the blob)."""
+        hit: set[int] = set()
+        for n in self._find(term):
+            hit.add(n)
+            if len(hit) > limit:
+                return None
+        return hit
+
+    def _find(self, t: str) -> Iterator[int]:
+        blob, starts, nums = self.text, self.starts, self.nums
+        if t in SHAPES:  # a kind: the words of that shape hold it too
+            before = _SHAPE_BEFORE.get(t)
+            for m in _SHAPE_HINTS[t].finditer(blob):
+                i = m.start()
+                if before is None or (  # a host has a dot or is localhost
+                        (blob.rfind(".", max(0, i - 64), i) >= 0
+                         or blob.endswith("localhost", 0, i))
+                        and before.search(blob, max(0, i - 64), i)):
+                    yield nums[bisect_right(starts, i) - 1]
+        probe = t[:-1] if t.endswith("y") and len(t) > 2 else t
+        i = blob.find(probe)
+        while i >= 0:
+            k = bisect_right(starts, i) - 1
+            yield nums[k]
+            nxt = starts[k + 1] if k + 1 < len(starts) else len(blob)
+            i = blob.find(probe, nxt)

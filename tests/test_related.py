@@ -140,6 +140,26 @@ def test_on_a_history_sent_whole_related_words_index_nothing_more() -> None:
     assert waiting[0] == waiting[1] > 0  # the filler, holding "huge" and "large", waits
 
 
+def test_on_a_history_sent_whole_a_related_word_few_passages_hold_is_indexed_for_it() -> None:
+    """A contract sent whole, the question last: "extend" is the question's word, "renew"
+    the clause's, and no word of the question is in it. The two passages that may hold
+    "renew" are indexed on the request and the clause is found; the filler, where every
+    line holds "contract" (another related word, of "deal"), still waits."""
+    texts = {f"c{i}": f"Line {i}: the contract binder was filed in the cabinet."
+             for i in range(EAGER * 4)}
+    texts["clause"] = ("2.1 The Initial Term is thirty-six months and shall automatically "
+                       "renew for successive 18-month periods.")
+    texts["note"] = "Renewal notices go to the legal inbox."
+    question = Step("If nobody acts, how long does the deal extend itself each time?", "",
+                    frozenset({"q"}), asks=True)
+    related = related_of(question, related_words(), 0.35)
+    assert related["renew"] == ("extend", 0.5) and related["contract"] == ("deal", 0.5)
+    index = index_of({**texts, "q": question.words})
+    found = [h.chunk_id for h in search(index, question, related)]
+    assert sorted(found) == ["clause", "note"], found  # nothing else holds a word of it
+    assert index.waiting == EAGER * 4  # the filler: not indexed for "contract"
+
+
 REPORT = "\n".join(
     [f"Report section {i}: the report's table {i} repeats the report's regional figures; "
      f"see the report appendix, report page {40 + i}." for i in range(12)]
