@@ -1,5 +1,6 @@
 """What of a recalled passage is shown: the lines that match the query, the fields after
-them, a record continued from the next passage, a window of a line too long to keep.
+them, a record continued from the next passage or begun in the one before, a window of a
+line too long to keep.
 
 A passage is cut by length (store/terms.py `passages`), not by meaning, and a recall
 block has a budget: these choose the part of it that answers the step (proxy/recall.py
@@ -75,6 +76,39 @@ def continued(text: str, nxt: str, qterms: set[str]) -> str:
         return text
     head = "\n".join(nxt.lstrip("\n").splitlines()[:FIELDS_AFTER])[:CONTINUE_CHARS]
     return text.rstrip("\n") + "\n" + head if head.strip() else text
+
+
+RECORD_BACK_CHARS = 640  # of the previous passage, back to the record a match ends
+
+
+def preceded(text: str, prev: str, qterms: set[str]) -> str:
+    """The previous passage's lines that open the record `text` starts inside, then
+    `text`: when one of its first `FIELDS_AFTER` lines is a short JSON field
+    (`RECORD_LINE`) that matches the query, and `prev` holds the line that opens its
+    record (a `{` indented less than the field) within its last `RECORD_BACK_CHARS`. A
+    pretty-printed record longer than a passage has its id at the end of one passage
+    (`"cid": "LVL/IPT/887097"`) and the field a question names at the head of the next
+    (`"description": "primary transit"`). `text` itself otherwise."""
+    if not prev.endswith("\n") or prev.endswith("\n\n") or text.startswith("\n"):
+        return text
+    hit = next((ln for ln in text.splitlines()[:FIELDS_AFTER]
+                if len(ln) <= RECORD_LINE and ln.lstrip().startswith('"')
+                and qterms.intersection(terms(ln))), None)
+    if hit is None:
+        return text
+    indent = len(hit) - len(hit.lstrip())
+    size = 0
+    lines = prev.splitlines()
+    for k in range(len(lines) - 1, -1, -1):
+        ln = lines[k]
+        size += len(ln) + 1
+        if size > RECORD_BACK_CHARS:
+            return text
+        if ln.strip() == "{" and len(ln) - len(ln.lstrip()) < indent:
+            return "\n".join(lines[k:]) + "\n" + text
+        if ln.strip() in ("}", "},") and len(ln) - len(ln.lstrip()) < indent:
+            return text  # another record closed: the match's own opened in no line here
+    return text
 
 
 def window(line: str, qterms: set[str], chars: int) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 
 from proxy.answers import BOOST
 from proxy.chunking import Conversation
-from proxy.excerpt import continued, focus, without_taken
+from proxy.excerpt import continued, focus, preceded, without_taken
 from proxy.step import Related
 from store.base import Event
 from store.relevance import Hit
@@ -133,7 +133,8 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
            min_similarity: float = 1.0, related: Related | None = None,
            question_similarity: float | None = None,
            stated: frozenset[tuple[str, int]] = frozenset(),
-           following: Callable[[str, int], str] | None = None) -> list[Recalled]:
+           following: Callable[[str, int], str] | None = None,
+           preceding: Callable[[str, int], str] | None = None) -> list[Recalled]:
     """The passages to recall: evicted, clear matches, best first within budget and top_k.
     A clear match is lexical (strength >= min_relevance, within min_relative of the best
     word match; a rare identifier has strength 1) or, where the vectors are ready, a
@@ -145,7 +146,9 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     The `stated` passages (proxy/answers.py) count with score and strength x (1 +
     BOOST), measured against the best unboosted score. `following(chunk id, piece)`: the
     next passage's text, whose first lines a passage matched in its last lines takes
-    along (`continued`)."""
+    along (`continued`); `preceding(chunk id, piece)`: the passage before, whose lines
+    that open a record a passage matched in its first lines takes, room left
+    (`preceded`)."""
     if budget <= 0 or not (hits or vectors):
         return []
     # "within min_relative of the best" among the candidates: an in-context message that
@@ -242,7 +245,8 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
         used += tokens
         if len(out) >= top_k:
             break
-    return _unrepeated(out, extended, count)
+    out = _unrepeated(out, extended, count)
+    return out if preceding is None else _begun(out, preceding, qterms, count, budget)
 
 
 def _together(text: str, qterms: set[str]) -> int:
@@ -266,6 +270,24 @@ def _unrepeated(out: list[Recalled], extended: dict[tuple[str, int], tuple[str, 
         text = plain if r.hit.text == full else without_taken(r.hit.text, plain, full)
         if text != r.hit.text:
             out[i] = replace(r, hit=replace(r.hit, text=text), tokens=count(text) + HEADER)
+    return out
+
+
+def _begun(out: list[Recalled], preceding: Callable[[str, int], str], qterms: set[str],
+           count: Any, budget: int) -> list[Recalled]:
+    """Each chosen passage that starts inside a record begun in the passage before
+    (`preceded`), that one not chosen, takes the record's first lines from it while the
+    budget has room: the id a question's field belongs to."""
+    chosen = {(r.hit.chunk_id, r.hit.piece) for r in out}
+    used = sum(r.tokens for r in out)
+    for i, r in enumerate(out):
+        if r.hit.piece == 0 or (r.hit.chunk_id, r.hit.piece - 1) in chosen:
+            continue
+        text = preceded(r.hit.text, preceding(r.hit.chunk_id, r.hit.piece), qterms)
+        tokens = count(text) + HEADER
+        if text != r.hit.text and used - r.tokens + tokens <= budget:
+            used += tokens - r.tokens
+            out[i] = replace(r, hit=replace(r.hit, text=text), tokens=tokens)
     return out
 
 

@@ -70,6 +70,7 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
                       min_similarity=settings.min_similarity, related=rel.related,
                       stated=stated,
                       following=state.index.following if rel.step.asks else None,
+                      preceding=state.index.preceding if rel.step.asks else None,
                       question_similarity=(settings.question_min_similarity
                                            if rel.step.asks else None))
 

@@ -212,6 +212,11 @@ class Postings:
         nums = self._chunks.get(chunk_id)
         return self._text[nums[piece + 1]] if nums is not None and piece + 1 < len(nums) else ""
 
+    def preceding(self, chunk_id: str, piece: int) -> str:
+        """The passage before `piece` in its chunk ("" before the first)."""
+        nums = self._chunks.get(chunk_id)
+        return self._text[nums[piece - 1]] if nums is not None and 0 < piece <= len(nums) else ""
+
     def text(self, chunk_id: str) -> str:
         return "".join(self._text[n] for n in self._chunks.get(chunk_id, ()))
 

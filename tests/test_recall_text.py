@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.excerpt import continued, focus
+from proxy.excerpt import continued, focus, preceded
 from proxy.recall import ChunkMeta, render, select
 from store.relevance import Hit, RelevanceIndex
 from store.terms import terms
@@ -214,3 +214,42 @@ def test_a_continued_passage_cut_to_the_budget_does_not_repeat_the_next_ones_lin
         assert block.count(ln) == 1, ln
     first = next(r for r in got if r.hit.piece == k)
     assert name in first.hit.text and first.tokens == len(first.hit.text) + 16
+
+
+# A circuit inventory as NetBox prints it: each record longer than a passage, so a
+# record's id ends one passage and its description starts the next
+CIRCUITS = json.dumps({"results": [
+    {"id": 700 + i, "cid": f"LVL/IPT/{887000 + i}", "provider": {"name": "Sparkle"},
+     "type": {"name": "IP Transit"}, "status": {"value": "active"},
+     "commit_rate": 20_000_000 + i, "termination_a": {"site": "fra2", "device":
+                                                      "edge-rtr-01.fra2"},
+     "description": "primary transit" if i == 5 else f"backup path {i}"}
+    for i in range(9)]}, indent=2)
+
+
+def test_a_field_that_starts_a_passage_takes_its_records_opening_from_the_one_before() -> None:
+    idx = RelevanceIndex()
+    idx.add("nb", CIRCUITS)
+    texts = [idx.passage_text(n) for n in range(idx.passages_count)]
+    k = next(n for n, t in enumerate(texts) if '"description": "primary transit"'
+             in t.splitlines()[0])  # the field heads a passage; its cid is in the one before
+    assert "LVL/IPT/887005" in texts[k - 1] and "LVL/IPT/887005" not in texts[k]
+    assert idx.preceding("nb", k) == texts[k - 1] and idx.preceding("nb", 0) == ""
+    query = "What's the carrier's reference for the primary transit link?"
+    got = preceded(texts[k], texts[k - 1], q(query))
+    assert got.endswith(texts[k]) and got.startswith("    {\n")  # from the record's "{"
+    assert "LVL/IPT/887005" in got and "LVL/IPT/887004" not in got  # its own, no other
+    assert preceded(texts[k], texts[k - 1], q("Which currency?")) == texts[k]  # no match
+    # through recall: the passage alone brings the id; with the one before chosen too,
+    # nothing is repeated; with no room left, nothing is added
+    meta = {"nb": ChunkMeta(1, "tool", "TRANSIENT")}
+
+    def chosen(pieces: tuple[int, ...], budget: int) -> list[str]:
+        hits = [Hit("nb", n, texts[n], 2.0 - n / 100, 0.5) for n in pieces]
+        return [r.hit.text for r in select(
+            hits, {"nb"}, meta, query=query, min_relevance=0.1, min_relative=0.0, top_k=4,
+            budget=budget, count=COUNT, preceding=idx.preceding)]
+
+    assert "LVL/IPT/887005" in chosen((k,), 10_000)[0]
+    assert sorted(chosen((k, k - 1), 10_000)) == sorted([texts[k], texts[k - 1]])
+    assert chosen((k,), len(texts[k]) + 16) == [texts[k]]
