@@ -1,14 +1,21 @@
-"""Facts kept on a workload written apart: the black-box sessions of 2026-12-05.
+"""Facts kept on workloads written apart: two sets of black-box sessions.
 
-A helper that saw none of this conversation's code or benches wrote a generator of its
-own for an audit (five domains nobody here had tuned for: data engineering, cloud cost,
-contract review, a qPCR lab notebook, travel planning; two sessions each), ran it through
-`ctxwarden serve` and reported every miss. Its sessions are kept as data
-(`tests/data/blackbox-sessions.json.gz`; the generator was a one-off, not kept): 10
-sessions, 47 facts (30 values in tool outputs, 10 user statements, 7 constraints), each
-asked once, at least 16k tokens after it was planted, in words that name neither the
-answer nor its identifier. The filler comes from templates, so it repeats more than real
-output does.
+Each was written by a helper that saw none of ctxwarden's code or benches, with a
+generator of its own (one-offs, not kept; the sessions are kept as data):
+- *first* (`tests/data/blackbox-sessions.json.gz`, 2026-12-05, an audit that also ran
+  them through `ctxwarden serve`): five domains (data engineering, cloud cost, contract
+  review, a qPCR lab notebook, travel planning), two sessions each; 10 sessions, 47 facts
+  (30 values in tool outputs, 10 user statements, 7 constraints), each asked once, at
+  least 16k tokens after it was planted. The filler comes from templates, so it repeats
+  more than real output does.
+- *second* (`tests/data/blackbox2-sessions.json.gz`, 2026-12-05, written to measure):
+  six other domains (mobile release and crash triage, security incident response,
+  month-end close, network operations, e-commerce inventory, game live ops), two
+  sessions each; 12 sessions of 71-86 messages (~38-60k tokens), 66 facts (42 tool, 12
+  user, 12 constraint), each asked at least 20 messages later in a colleague's words:
+  "who's carrying the pager for the Android side", "how faint was the light arriving at
+  that transceiver". Some need a step no lexical match takes ("Frankfurt" for `euc1`).
+Questions name neither the answer nor, where avoidable, its label.
 
 Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every
 policy), three ways:
@@ -38,12 +45,15 @@ from bench.seeds import KINDS, settings
 from proxy.pipeline import Pipeline
 from store.base import MemoryStore
 
-DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "blackbox-sessions.json.gz"
+_DIR = Path(__file__).resolve().parents[1] / "tests" / "data"
+SETS = {"first": _DIR / "blackbox-sessions.json.gz",
+        "second": _DIR / "blackbox2-sessions.json.gz"}
+DATA = SETS["first"]
 PACED = ("rwoe", "mask")
 
 
-def sessions() -> list[dict[str, Any]]:
-    loaded: list[dict[str, Any]] = json.loads(gzip.decompress(DATA.read_bytes()))
+def sessions(path: Path = DATA) -> list[dict[str, Any]]:
+    loaded: list[dict[str, Any]] = json.loads(gzip.decompress(path.read_bytes()))
     return loaded
 
 
@@ -117,7 +127,11 @@ def _cell(c: Counter[str]) -> str:
 
 
 async def run(quick: bool = False) -> str:
-    data = sessions()
+    return "\n\n".join([f"**The {name} set.** " + await run_set(sessions(path), quick)
+                         for name, path in SETS.items()])
+
+
+async def run_set(data: list[dict[str, Any]], quick: bool = False) -> str:
     policies = agentloop.POLICIES
     rows = ["| policy | back to back, lexical | cold, question last | paced at best "
             "(with vectors) |", "|---|---|---|---|"]

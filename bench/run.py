@@ -60,9 +60,10 @@ SECTIONS: dict[str, tuple[str, str, Callable[[bool], Any]]] = {
     "seeds": ("Facts kept over ten seeds", "How much the agent-loop figure above owes "
               "to its draw: the same sessions' generator on seeds 0-9, every policy, in "
               "process (bench/seeds.py).", _run("bench.seeds")),
-    "blackbox": ("Facts kept on a workload written apart", "Sessions a black-box audit "
-                 "wrote for itself (five domains nobody here tuned for), every policy, in "
-                 "process (bench/blackbox.py).", _run("bench.blackbox")),
+    "blackbox": ("Facts kept on a workload written apart", "Sessions written apart by "
+                 "helpers that saw no code here (two sets, eleven domains nobody here tuned "
+                 "for), every policy, in process (bench/blackbox.py).",
+                 _run("bench.blackbox")),
     "pause": ("Pauses between turns: the same work, slower", "Why RWOE's paced overhead "
               "reads above its back-to-back overhead (bench/pause.py).", _run("bench.pause")),
     "coldnext": ("The turns after a history sent whole", "A resumed conversation's next "

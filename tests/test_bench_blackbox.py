@@ -5,14 +5,20 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from bench import blackbox
 
 
-def test_the_kept_sessions_plant_each_answer_once_and_ask_for_it_in_other_words() -> None:
-    data = blackbox.sessions()
-    assert len(data) == 10
+@pytest.mark.parametrize(("name", "sessions", "kinds"), [
+    ("first", 10, {"tool": 30, "user": 10, "constraint": 7}),
+    ("second", 12, {"tool": 42, "user": 12, "constraint": 12})])
+def test_the_kept_sessions_plant_each_answer_once_and_ask_for_it_in_other_words(
+        name: str, sessions: int, kinds: dict[str, int]) -> None:
+    data = blackbox.sessions(blackbox.SETS[name])
+    assert len(data) == sessions
     facts = [f for s in data for f in s["facts"]]
-    assert Counter(f["kind"] for f in facts) == {"tool": 30, "user": 10, "constraint": 7}
+    assert Counter(f["kind"] for f in facts) == kinds
     for s in data:
         texts = [str(m.get("content")) for m in s["messages"]]
         for f in s["facts"]:
