@@ -191,8 +191,9 @@ class Postings:
             self._blob = Blob({n: self._text[n] for n in self._waiting})
         blob = self._blob  # indexing drops `_blob`; this one still finds what waits
         for t in wanted:
-            few = blob.few_holders(t, limit) if budget > 0 else None
-            for n in sorted(few or ()):
+            if budget <= 0:
+                return
+            for n in sorted(blob.few_holders(t, limit) or ()):
                 if n in self._waiting and budget > 0:
                     self._index(n)
                     budget -= 1
@@ -215,7 +216,7 @@ class Postings:
     def preceding(self, chunk_id: str, piece: int) -> str:
         """The passage before `piece` in its chunk ("" before the first)."""
         nums = self._chunks.get(chunk_id)
-        return self._text[nums[piece - 1]] if nums is not None and 0 < piece <= len(nums) else ""
+        return self._text[nums[piece - 1]] if nums is not None and 0 < piece < len(nums) else ""
 
     def text(self, chunk_id: str) -> str:
         return "".join(self._text[n] for n in self._chunks.get(chunk_id, ()))
