@@ -187,6 +187,9 @@ class Postings:
         `limit` of them may hold, `budget` passages in all: on a history sent whole, a
         question's related word that few passages hold ("renew") can be the answer's
         only word, where a common one ("time") would index most of the history."""
+        wanted = list(wanted)
+        if not wanted:  # no blob to build (a join of the whole waiting text)
+            return
         if self._blob is None:
             self._blob = Blob({n: self._text[n] for n in self._waiting})
         blob = self._blob  # indexing drops `_blob`; this one still finds what waits
