@@ -1,4 +1,4 @@
-"""Facts kept on workloads written apart: two sets of black-box sessions.
+"""Facts kept on workloads written apart: three sets of black-box sessions.
 
 Each was written by a helper that saw none of ctxwarden's code or benches, with a
 generator of its own (one-offs, not kept; the sessions are kept as data):
@@ -15,6 +15,14 @@ generator of its own (one-offs, not kept; the sessions are kept as data):
   user, 12 constraint), each asked at least 20 messages later in a colleague's words:
   "who's carrying the pager for the Android side", "how faint was the light arriving at
   that transceiver". Some need a step no lexical match takes ("Frankfurt" for `euc1`).
+- *third* (`tests/data/blackbox3-sessions.json.gz`, 2026-12-05, written to measure, and
+  first replayed only after the changes of its day were made): six more domains
+  (hospital bed management, freight dispatch, contract review, a solar farm,
+  manufacturing quality, insurance claims), two sessions each; 12 sessions of 69-118
+  messages (~35-86k tokens, a few tool outputs of 6-9k), 72 facts (48 tool, 12 user, 12
+  constraint), each asked at least 39 messages later ("which truck kept running hot on
+  the Denver to Salt Lake run"); the assistant's reply after a question repeats its
+  answer, as a real one would.
 Questions name neither the answer nor, where avoidable, its label.
 
 Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every
@@ -41,13 +49,16 @@ import orjson
 
 import proxy  # noqa: F401  (offline defaults)
 from bench import agentloop
+from bench.prefix import bounds
+from bench.replay import Meter
 from bench.seeds import KINDS, settings
 from proxy.pipeline import Pipeline
 from store.base import MemoryStore
 
 _DIR = Path(__file__).resolve().parents[1] / "tests" / "data"
 SETS = {"first": _DIR / "blackbox-sessions.json.gz",
-        "second": _DIR / "blackbox2-sessions.json.gz"}
+        "second": _DIR / "blackbox2-sessions.json.gz",
+        "third": _DIR / "blackbox3-sessions.json.gz"}
 DATA = SETS["first"]
 PACED = ("rwoe", "mask")
 
@@ -92,6 +103,9 @@ async def loop(policy: str, data: list[dict[str, Any]], paced: bool = False
                     await pipeline.relater.flush()
                 prep = await pipeline.prepare({"model": "loop-1", "messages": messages},
                                               st.routes[0], "bench", f"s{i}")
+                if k != s["requests"][0]:  # what a provider's prefix cache serves
+                    c["turns"] += 1
+                    c["prefix_permille"] += round(prep.prefix_ratio * 1000)
                 f = asks.get(k)
                 if f is not None:
                     _tally(c, missed, s["id"], f, prep.body)
@@ -134,7 +148,7 @@ async def run(quick: bool = False) -> str:
 async def run_set(data: list[dict[str, Any]], quick: bool = False) -> str:
     policies = agentloop.POLICIES
     rows = ["| policy | back to back, lexical | cold, question last | paced at best "
-            "(with vectors) |", "|---|---|---|---|"]
+            "(with vectors) | cache-prefix ratio, back to back |", "|---|---|---|---|---|"]
     misses: dict[str, list[str]] = {}
     for p in policies:
         b2b, missed = await loop(p, data)
@@ -147,14 +161,19 @@ async def run_set(data: list[dict[str, Any]], quick: bool = False) -> str:
                 misses["paced at best"] = pm
         if p == "rwoe":
             misses["back to back"] = missed
-        rows.append(f"| {p} | {_cell(b2b)} | {_cell(cc)} | {paced} |")
+        ratio = b2b["prefix_permille"] / 1000 / max(1, b2b["turns"])
+        rows.append(f"| {p} | {_cell(b2b)} | {_cell(cc)} | {paced} | {ratio:.3f} |")
     asked = Counter(f["kind"] for s in data for f in s["facts"])
+    ceiling, best, mark = bounds([s["messages"] for s in data], Meter(),
+                                 agentloop.WINDOW - agentloop.MAX_OUT)
     return (f"{len(data)} sessions, {sum(asked.values())} facts (tool / user / constraint "
             f"{' / '.join(str(asked[k]) for k in KINDS)}), window "
             f"{agentloop.WINDOW:,} tokens; facts kept as kept / asked (tool / user / "
             "constraint).\n\n" + "\n".join(rows) + "\n\nRWOE's misses: "
             + "; ".join(f"{how}: {', '.join(m) or 'none'}" for how, m in misses.items())
-            + ".")
+            + f". The workload allows a cache-prefix ratio of at most {ceiling:.3f} "
+            f"(bench/prefix.py `bounds`: each turn's new messages are never cached); "
+            f"dropping the oldest messages down to {mark:g} of the budget scores {best:.3f}.")
 
 
 if __name__ == "__main__":

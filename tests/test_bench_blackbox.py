@@ -12,7 +12,8 @@ from bench import blackbox
 
 @pytest.mark.parametrize(("name", "sessions", "kinds"), [
     ("first", 10, {"tool": 30, "user": 10, "constraint": 7}),
-    ("second", 12, {"tool": 42, "user": 12, "constraint": 12})])
+    ("second", 12, {"tool": 42, "user": 12, "constraint": 12}),
+    ("third", 12, {"tool": 48, "user": 12, "constraint": 12})])
 def test_the_kept_sessions_plant_each_answer_once_and_ask_for_it_in_other_words(
         name: str, sessions: int, kinds: dict[str, int]) -> None:
     data = blackbox.sessions(blackbox.SETS[name])
@@ -22,7 +23,8 @@ def test_the_kept_sessions_plant_each_answer_once_and_ask_for_it_in_other_words(
     for s in data:
         texts = [str(m.get("content")) for m in s["messages"]]
         for f in s["facts"]:
-            assert [i for i, t in enumerate(texts) if f["answer"] in t] == [f["msg_index"]]
+            before = texts[:f["ask_index"]]  # the third set's replies repeat it after
+            assert [i for i, t in enumerate(before) if f["answer"] in t] == [f["msg_index"]]
             asked = s["messages"][f["ask_index"]]
             assert asked["role"] == "user" and f["question"] in asked["content"]
             assert f["answer"] not in f["question"]
@@ -38,3 +40,6 @@ async def test_a_replay_counts_what_was_forwarded() -> None:
         kept = sum(c[f"kept_{k}"] for k in asked)
         assert kept + len(missed) == sum(asked.values())
         assert all(m.startswith(one[0]["id"] + ":") for m in missed)
+    c, _ = await blackbox.loop("truncate", one)  # every request after the first
+    assert c["turns"] == len(one[0]["requests"]) - 1
+    assert 0 < c["prefix_permille"] < 1000 * c["turns"]
