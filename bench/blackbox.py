@@ -15,8 +15,8 @@ generator of its own (one-offs, not kept; the sessions are kept as data):
   user, 12 constraint), each asked at least 20 messages later in a colleague's words:
   "who's carrying the pager for the Android side", "how faint was the light arriving at
   that transceiver". Some need a step no lexical match takes ("Frankfurt" for `euc1`).
-- *third* (`tests/data/blackbox3-sessions.json.gz`, 2026-12-05, written to measure, and
-  first replayed only after the changes of its day were made): six more domains
+- *third* (`tests/data/blackbox3-sessions.json.gz`, 2026-12-05, written to measure and
+  kept for it: its misses are counted, never studied, and nothing is tuned on it): six more domains
   (hospital bed management, freight dispatch, contract review, a solar farm,
   manufacturing quality, insurance claims), two sessions each; 12 sessions of 69-118
   messages (~35-86k tokens, a few tool outputs of 6-9k), 72 facts (48 tool, 12 user, 12

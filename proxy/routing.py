@@ -92,10 +92,10 @@ class RecallSettings(_Strict):
     vector_wait_ms: int = Field(0, ge=0, le=1000)
     # A question waits for its own vector at most this long, and only where that can pay
     # off: the embedder idle and this session's passages embedded (a paced loop; back to
-    # back the embedder lags and no question waits), and no evicted passage matching its
-    # own words at min_relevance (then they found it). 0 turns it off. Then its nearest
-    # evicted passages by vector (the best 3, the nearest first) come back from this
-    # cosine, as its best lexical matches do from question_min_relevance
+    # back the embedder lags and no question waits), and its own words not matching one
+    # or two evicted chunks alone at min_relevance (then they found it). 0 turns it off.
+    # Then its nearest evicted passages by vector (the best 3, the nearest first) come
+    # back from this cosine, as its best lexical matches do from question_min_relevance
     # (docs/design-notes.md).
     question_vector_wait_ms: int = Field(60, ge=0, le=1000)
     question_min_similarity: float = Field(0.25, ge=-1, le=1)

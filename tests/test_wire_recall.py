@@ -549,15 +549,17 @@ MEMO = "\n".join(["Procurement memo.", "Spending ceiling approved: 4,140 EUR.",
 
 
 async def memo_evicted(aiohttp_client: ClientFactory, upstream: UpstreamServer,
-                       embedder: Any, recall: dict[str, Any]
+                       embedder: Any, recall: dict[str, Any], memos: tuple[str, ...] = (MEMO,)
                        ) -> tuple[TestClient[Any, Any], list[dict[str, Any]]]:
     """A paced loop on `embedder` (each turn's passages embedded before the next) whose
-    session s-1 has evicted the memo: (the client, the history so far)."""
+    session s-1 has evicted the memo (`memos`: in the 2nd, 3rd... tool results): (the
+    client, the history so far)."""
     app = init_app(settings(upstream, recall=recall, safety_margin=0.05),
                    store=EmbeddingStore(embedder))
     client = await aiohttp_client(app)
     history = agent_session(16)
-    history[5] = {**history[5], "content": MEMO}
+    for i, memo in enumerate(memos):
+        history[5 + 2 * i] = {**history[5 + 2 * i], "content": memo}
     for end in range(4, len(history) + 1, 2):
         await post(client, history[:end])
         await app[PIPELINE].relater.flush()
@@ -641,6 +643,38 @@ async def test_a_question_its_own_words_find_clearly_does_not_wait_for_its_vecto
     assert embedder.waits == []  # never the 1 s wait (nor any)
     assert [ask] in embedder.calls  # asked for all the same: it lands for later turns
     assert resp.headers["X-Ctxwarden-Recalled"] != "0"
+    assert "4,140 EUR" in upstream.history[-1].body["messages"][-1]["content"]
+
+
+async def test_a_question_its_words_find_in_many_evicted_records_still_waits_for_its_vector(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """Three evicted memos approve a spending ceiling each: the question's words match all
+    three as strongly as recall wants, which says what they share, not which one is
+    meant. So the question still waits for its vector (`question_vector_wait_ms` at most:
+    here it never comes), where one memo matched that strongly it does not (above)."""
+    from concurrent.futures import Future
+
+    from tests.support.fakes import TopicEmbedder
+
+    ask = "What spending ceiling was approved?"
+
+    class NoAnswer(TopicEmbedder):
+        def _start(self, texts: list[str], urgent: bool) -> Any:
+            if texts == [ask]:
+                return Future()  # never done
+            return super()._start(texts, urgent)
+
+    memos = tuple(MEMO.replace("Procurement memo.", f"Procurement memo, {team}.")
+                  .replace("4,140", amount)
+                  for team, amount in (("cloud", "4,140"), ("staff", "9,800"),
+                                       ("travel", "2,250")))
+    embedder = NoAnswer(FIVE_TOPICS)
+    client, history = await memo_evicted(aiohttp_client, upstream, embedder,
+                                         {"question_vector_wait_ms": 50}, memos)
+    sent = json.dumps(upstream.history[-1].body["messages"])
+    assert "9,800" not in sent and "2,250" not in sent  # evicted too
+    await post(client, [*history, assistant("Done."), user(ask)])
+    assert embedder.waits == [0.05]  # one bounded wait
     assert "4,140 EUR" in upstream.history[-1].body["messages"][-1]["content"]
 
 
