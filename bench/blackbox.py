@@ -16,13 +16,13 @@ generator of its own (one-offs, not kept; the sessions are kept as data):
   "who's carrying the pager for the Android side", "how faint was the light arriving at
   that transceiver". Some need a step no lexical match takes ("Frankfurt" for `euc1`).
 - *third* (`tests/data/blackbox3-sessions.json.gz`, 2026-12-05, written to measure and
-  kept for it: its misses are counted, never studied, and nothing is tuned on it): six more domains
-  (hospital bed management, freight dispatch, contract review, a solar farm,
-  manufacturing quality, insurance claims), two sessions each; 12 sessions of 69-118
-  messages (~35-86k tokens, a few tool outputs of 6-9k), 72 facts (48 tool, 12 user, 12
-  constraint), each asked at least 39 messages later ("which truck kept running hot on
-  the Denver to Salt Lake run"); the assistant's reply after a question repeats its
-  answer, as a real one would.
+  kept for it: its misses are counted, never studied, and nothing is tuned on it): six
+  more domains (hospital bed management, freight dispatch, contract review, a solar
+  farm, manufacturing quality, insurance claims), two sessions each; 12 sessions of
+  69-118 messages (~35-86k tokens, a few tool outputs of 6-9k), 72 facts (48 tool, 12
+  user, 12 constraint), each asked at least 39 messages later ("which truck kept
+  running hot on the Denver to Salt Lake run"); the assistant's reply after a question
+  repeats its answer, as a real one would.
 Questions name neither the answer nor, where avoidable, its label.
 
 Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every
