@@ -548,6 +548,23 @@ MEMO = "\n".join(["Procurement memo.", "Spending ceiling approved: 4,140 EUR.",
                   *[f"Line item {i}: reviewed." for i in range(40)]])
 
 
+def silent_on(ask: str) -> Any:
+    """A TopicEmbedder on FIVE_TOPICS whose vector for `ask` never comes (a wait for it
+    lasts its whole bound); asked for, it is in `calls`."""
+    from concurrent.futures import Future
+
+    from tests.support.fakes import TopicEmbedder
+
+    class NoAnswer(TopicEmbedder):
+        def _start(self, texts: list[str], urgent: bool) -> Any:
+            if texts == [ask]:
+                self.calls.append(list(texts))
+                return Future()  # never done
+            return super()._start(texts, urgent)
+
+    return NoAnswer(FIVE_TOPICS)
+
+
 async def memo_evicted(aiohttp_client: ClientFactory, upstream: UpstreamServer,
                        embedder: Any, recall: dict[str, Any], memos: tuple[str, ...] = (MEMO,)
                        ) -> tuple[TestClient[Any, Any], list[dict[str, Any]]]:
@@ -623,20 +640,8 @@ async def test_a_question_its_own_words_find_clearly_does_not_wait_for_its_vecto
     ceiling"): lexical matching finds the memo as strongly as recall wants, so the
     question does not wait for its vector (here it never comes: a wait would last 1 s)
     and the memo comes back all the same."""
-    from concurrent.futures import Future
-
-    from tests.support.fakes import TopicEmbedder
-
     ask = "What spending ceiling was approved?"
-
-    class NoAnswer(TopicEmbedder):
-        def _start(self, texts: list[str], urgent: bool) -> Any:
-            if texts == [ask]:
-                self.calls.append(list(texts))
-                return Future()  # never done
-            return super()._start(texts, urgent)
-
-    embedder = NoAnswer(FIVE_TOPICS)
+    embedder = silent_on(ask)
     client, history = await memo_evicted(aiohttp_client, upstream, embedder,
                                          {"question_vector_wait_ms": 1000})
     resp = await post(client, [*history, assistant("Done."), user(ask)])
@@ -652,23 +657,12 @@ async def test_a_question_its_words_find_in_many_evicted_records_still_waits_for
     three as strongly as recall wants, which says what they share, not which one is
     meant. So the question still waits for its vector (`question_vector_wait_ms` at most:
     here it never comes), where one memo matched that strongly it does not (above)."""
-    from concurrent.futures import Future
-
-    from tests.support.fakes import TopicEmbedder
-
     ask = "What spending ceiling was approved?"
-
-    class NoAnswer(TopicEmbedder):
-        def _start(self, texts: list[str], urgent: bool) -> Any:
-            if texts == [ask]:
-                return Future()  # never done
-            return super()._start(texts, urgent)
-
     memos = tuple(MEMO.replace("Procurement memo.", f"Procurement memo, {team}.")
                   .replace("4,140", amount)
                   for team, amount in (("cloud", "4,140"), ("staff", "9,800"),
                                        ("travel", "2,250")))
-    embedder = NoAnswer(FIVE_TOPICS)
+    embedder = silent_on(ask)
     client, history = await memo_evicted(aiohttp_client, upstream, embedder,
                                          {"question_vector_wait_ms": 50}, memos)
     sent = json.dumps(upstream.history[-1].body["messages"])
@@ -684,19 +678,8 @@ async def test_a_question_its_words_find_only_in_context_still_waits_for_its_vec
     full strength; that is no answer (recall brings back what was evicted), so the
     question still waits for its vector, `question_vector_wait_ms` at most (here it
     never comes)."""
-    from concurrent.futures import Future
-
-    from tests.support.fakes import TopicEmbedder
-
     ask = "How much money is there for cloud, staff, travel and hardware?"
-
-    class NoAnswer(TopicEmbedder):
-        def _start(self, texts: list[str], urgent: bool) -> Any:
-            if texts == [ask]:
-                return Future()  # never done
-            return super()._start(texts, urgent)
-
-    embedder = NoAnswer(FIVE_TOPICS)
+    embedder = silent_on(ask)
     client, history = await memo_evicted(aiohttp_client, upstream, embedder,
                                          {"related_words": 1.0, "question_vector_wait_ms": 50})
     again = [*history, assistant("Done."), user(ask), assistant("Let me look that up.")]
