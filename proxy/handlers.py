@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from typing import Any
@@ -22,7 +23,7 @@ from proxy.upstream.headers import from_client
 from proxy.usage import StreamUsage, usage_fields
 from proxy.validate import validate_body
 from store.errors import StoreUnavailable
-from store.quiet import QUIET
+from store.quiet import FORWARD_HOLD_S, QUIET
 
 log = structlog.get_logger("ctxwarden")
 
@@ -69,6 +70,20 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     fields: dict[str, Any] = {**prepared.log_fields(), "stream": bool(body.get("stream")),
                               "overhead_ms": round((time.perf_counter() - started) * 1000, 2)}
     metrics.observe(request, prepared, fields["overhead_ms"])
+    # background work still waits while the request goes out and its answer comes back
+    # (store/quiet.py: hold)
+    forwarded = QUIET.hold(FORWARD_HOLD_S)
+    try:
+        return await _forward(request, prepared, body, api_key, started, fields, unproven)
+    finally:
+        forwarded()
+
+
+async def _forward(request: web.Request, prepared: Prepared, body: dict[str, Any],
+                   api_key: str | None, started: float, fields: dict[str, Any],
+                   unproven: bool) -> web.StreamResponse:
+    """The prepared body to the upstream, its answer (or stream) to the client."""
+    route, upstream = prepared.route, request.app[UPSTREAM]
     sent = from_client(request.headers)  # OpenAI-Organization, -Project, -Beta
     if not body.get("stream"):
         try:
@@ -81,9 +96,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         billed = usage_fields(reply.usage)
         metrics.observe_usage(request, route.name, billed)
         log.info("request", status=reply.status, latency_ms=_ms(started), **fields, **billed)
-        return web.Response(body=reply.body, status=reply.status,
-                            headers={**reply.headers, **prepared.headers()},
-                            content_type="application/json")
+        answer = web.Response(body=reply.body, status=reply.status,
+                              headers={**reply.headers, **prepared.headers()},
+                              content_type="application/json")
+        with contextlib.suppress(ConnectionResetError):  # the client left
+            await answer.prepare(request)  # written here: the hold ends once it is out
+            await answer.write_eof()
+        return answer
     try:
         stream = await upstream.open_stream(route, prepared.body, api_key, sent)
     except asyncio.CancelledError:  # the client left before the upstream's headers

@@ -7,7 +7,9 @@ that runs while a request is being prepared lengthens that request by its own CP
 interleaved). So the request path marks itself `busy()`, from the first byte of its body
 (the handler's read; a 700 KB history takes a few ms to arrive and parse, and indexing a
 previous cold history in between cost 15-60 ms: docs/design-notes.md) until it is
-prepared, not while the upstream answers; each job awaits `wait()` before each unit of
+prepared, and while the request goes out to the upstream (`hold`: until its answer or
+its headers are back, `FORWARD_HOLD_S` at most, so a model that takes seconds to answer
+leaves those seconds to the background); each job awaits `wait()` before each unit of
 work: it runs while no request is being prepared, and after `max_wait_s` at most, so a
 steady stream of requests never starves it.
 
@@ -55,6 +57,30 @@ class Quiet:
             self._busy -= 1
             self._since = time.monotonic()
 
+    def hold(self, seconds: float) -> Callable[[], None]:
+        """Busy from now until the returned function is called or `seconds` have passed,
+        whichever comes first (calling it again does nothing). For the forward: after a
+        cold history the background's slices (its indexing, its recount) ran between the
+        forward's steps, and a forward that takes 1.5 ms took 9-79 ms
+        (docs/design-notes.md)."""
+        self._busy += 1
+        done = False
+
+        def release() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                self._busy -= 1
+                self._since = time.monotonic()
+
+        timer = asyncio.get_running_loop().call_later(seconds, release)
+
+        def end() -> None:
+            timer.cancel()
+            release()
+
+        return end
+
     async def wait(self, rest: float | Callable[[], float] = 0.0) -> None:
         """Until no request is being prepared and none has been for `rest` seconds,
         `max_wait_s` at most. `rest` may be a function, asked again each time the job
@@ -75,6 +101,7 @@ class Quiet:
                 return
 
 
+FORWARD_HOLD_S = 0.05  # a forward holds the background off this long at most (`hold`)
 RECHECK_S = 0.05  # how often a job waiting out a rest asks a `rest` function again
 WRITE_REST_S = 0.02  # LanceDB writes wait for this long without a request
 QUIET = Quiet()

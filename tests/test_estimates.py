@@ -7,6 +7,7 @@ tau-bench traffic; the forwarded messages are counted here with the route's own 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -160,6 +161,37 @@ async def test_after_a_cold_history_its_messages_are_counted_for_the_next_turns(
                              headers={"X-Session-ID": "cold"})
     assert resp.status == 200, await resp.text()
     assert int(resp.headers["X-Ctxwarden-Tokens-In"]) == counted_here(nxt)
+
+
+async def test_cold_histories_of_many_sessions_are_counted_and_indexed_by_one_task_each(
+        aiohttp_client: Any, upstream: Any) -> None:
+    """Each cold history leaves counting and indexing for the background. One task per
+    session ran a slice of every waiting session in each turn of the event loop, so
+    after eight cold histories back to back a request waited 20-38 ms before it was even
+    read. Now one task counts and one indexes, the sessions in turn, and all of them are
+    done in the end."""
+    from tests.support.messages import user
+
+    client = await make(aiohttp_client, settings_for(upstream), MemoryStore())
+    pipeline = client.app[PIPELINE]
+    pipeline.cold.min_bytes = 0
+    sessions = ("a", "b", "c")
+    for k, sid in enumerate(sessions):  # different histories: nothing cached across them
+        msgs = [*cold_history(6 + k), user(f"Session {sid}: what failed?")]
+        resp = await client.post(CHAT, json={"model": "test-1", "messages": msgs},
+                                 headers={"X-Session-ID": sid})
+        assert resp.status == 200, await resp.text()
+    states = [pipeline.sessions.get("default", sid) for sid in sessions]
+    assert all(s is not None for s in states)
+    names = [t.get_name() for t in asyncio.all_tasks()]
+    assert names.count("recount") == 1 and names.count("index") == 1
+    assert sum(1 for s in states if s and s.index.waiting) >= 2  # the premise
+    await pipeline.recount.settled()
+    while any(s and s.index.waiting for s in states):
+        await asyncio.sleep(0.01)
+    for s in states:
+        assert s is not None and s.prefix is not None
+        assert all(i.exact for i in s.prefix.infos)
 
 
 async def test_a_restart_renders_the_stubs_of_a_session_grown_turn_by_turn_the_same(
