@@ -7,8 +7,8 @@ that runs while a request is being prepared lengthens that request by its own CP
 interleaved). So the request path marks itself `busy()`, from the first byte of its body
 (the handler's read; a 700 KB history takes a few ms to arrive and parse, and indexing a
 previous cold history in between cost 15-60 ms: docs/design-notes.md) until it is
-prepared, and while the request goes out to the upstream (`hold`: until its answer or
-its headers are back, `FORWARD_HOLD_S` at most, so a model that takes seconds to answer
+prepared, and while the request goes out to the upstream (`hold`: until its answer is
+written to the client, `FORWARD_HOLD_S` at most, so a model that takes seconds to answer
 leaves those seconds to the background); each job awaits `wait()` before each unit of
 work: it runs while no request is being prepared, and after `max_wait_s` at most, so a
 steady stream of requests never starves it.
