@@ -21,6 +21,14 @@ user and system 10, i.e. "large"); `recon_fixed` adds an absolute cost F in toke
 origin (default 0), for costs that do not scale with size (a slow tool, a human re-typing
 a short instruction). Origins not listed use k = 1, F = 0.
 
+Prompt cache (`cache_weight` β, default 0: the paper's order): an evictable chunk's EFV is
+multiplied by 1 + β · (1 − i / n), i its message's position and n one past the last
+evictable message's (the tail that is always sent is not ranked), so the early
+conversation is worth more and an eviction breaks the provider's cached prefix
+later (what is evicted goes from nearer the tail). A trade, measured in
+docs/design-notes.md ("Budget and cache"): a higher cache-prefix ratio for fewer records
+kept.
+
 Deviation from the paper: P is also clamped at 0, since a negative cosine could otherwise
 make P negative and invert the order (the most valuable chunk would go first).
 """
@@ -55,7 +63,7 @@ class RWOE(BatchPolicy):
                  recon_cost: Mapping[str, float] | None = None,
                  recon_fixed: Mapping[str, float] | None = None,
                  semantic_weight: float = 0.5, recency_weight: float = 0.3,
-                 recency_decay: float = 0.2) -> None:
+                 recency_decay: float = 0.2, cache_weight: float = 0.0) -> None:
         lam = class_map("lambdas", lambdas, LAMBDAS, lo=0)
         base = class_map("base_rates", base_rates, BASE_RATES, lo=0, hi=1)
         self.per_class = {k: (lam[k], base[k]) for k in ChunkClass}
@@ -64,6 +72,7 @@ class RWOE(BatchPolicy):
         self.semantic_weight = number("semantic_weight", semantic_weight, lo=0)
         self.recency_weight = number("recency_weight", recency_weight, lo=0)
         self.recency_decay = number("recency_decay", recency_decay, lo=0)
+        self.cache_weight = number("cache_weight", cache_weight, lo=0)
         mult = {**RECON_COST, **_origin_map("recon_cost", recon_cost)}
         fixed = _origin_map("recon_fixed", recon_fixed)
         self.recon = {o: (mult.get(o, 1.0), fixed.get(o, 0.0)) for o in {*mult, *fixed}}
@@ -95,6 +104,11 @@ class RWOE(BatchPolicy):
             if fixed:
                 k += fixed / max(c.tokens, 1)
             out.append(p * (r + k))
+        beta = self.cache_weight
+        if beta and out:  # the earlier a chunk, the more its place in the prefix is worth
+            n = max(c.index for c in chunks) + 1
+            out = [v * (1.0 + beta * (1.0 - c.index / n)) for v, c in zip(out, chunks,
+                                                                        strict=True)]
         return out
 
 

@@ -195,7 +195,7 @@ def test_serve_exits_2_naming_the_variable_of_a_missing_route(
          "    policy_params: {alpah: 0.3}\n",
          "routes[0].policy_params: policy 'rwoe' has no option alpah (its options: lambdas, "
          "alpha, base_rates, r0, recon_cost, recon_fixed, semantic_weight, recency_weight, "
-         "recency_decay)"),
+         "recency_decay, cache_weight)"),
         ("routes:\n  - name: a\n    upstream: {model: openai/x}\n    policy: lru\n"
          "    policy_params: {keep: 3}\n",
          "routes[0].policy_params: policy 'lru' has no option keep (its options: none)"),

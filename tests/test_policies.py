@@ -64,6 +64,7 @@ def test_registry_names_and_unknown_policy() -> None:
 @pytest.mark.parametrize("name,params,word", [
     ("rwoe", {"alpha": -0.1}, "alpha"),
     ("rwoe", {"alpha": True}, "alpha"),
+    ("rwoe", {"cache_weight": -1}, "cache_weight"),
     ("rwoe", {"lambdas": {"STRUCTURAL": -1}}, "lambdas"),
     ("rwoe", {"lambdas": {"BOGUS": 1.0}}, "lambdas"),
     ("rwoe", {"lambdas": [0.1]}, "lambdas"),
@@ -264,6 +265,24 @@ def test_rwoe_efv_by_hand() -> None:
     assert get_policy("rwoe").priority(user, ctx) == pytest.approx(0.6 * (math.exp(-0.08) + 10))
     fixed = get_policy("rwoe", recon_cost={"tool": 0}, recon_fixed={"tool": 50}, r0=0)
     assert fixed.priority(ck("t", 200, S, turn=10), ctx) == pytest.approx(0.6 * 50 / 200)
+
+
+def test_rwoe_cache_weight_evicts_nearer_the_tail_so_the_cached_prefix_lasts() -> None:
+    """Two tool results a few turns apart: by the paper's EFV the older goes first, and
+    the provider's cached prefix breaks right after the system prompt. With
+    `cache_weight` an earlier chunk's EFV is worth more (× 1 + β · (1 − i / n)): the
+    newer goes first and the prefix up to it holds. β = 0 is the paper's order."""
+    chunks = [ck("system", 50, P, 0, 0), ck("early", 400, T, 1, 1), ck("late", 400, T, 4, 8),
+              ck("latest", 50, P, 5, 9)]
+    ctx = PolicyContext(turn=5)
+    assert ids(get_policy("rwoe").select(chunks, 400, ctx)) == ["early"]
+    assert ids(get_policy("rwoe", cache_weight=0).select(chunks, 400, ctx)) == ["early"]
+    weighted = get_policy("rwoe", cache_weight=2.0)
+    assert ids(weighted.select(chunks, 400, ctx)) == ["late"]
+    plain, late = get_policy("rwoe").priority(chunks[2], ctx), weighted.rank(chunks, ctx)
+    n = 9  # one past the last evictable message (the PERMANENT tail is not ranked)
+    assert [r.score for r in late if r.chunk.id == "late"] == [
+        pytest.approx(plain * (1 + 2.0 * (1 - 8 / n)))]
 
 
 def test_rwoe_probability_is_clamped_to_0_1() -> None:
