@@ -55,6 +55,9 @@ class PolicyContext:
     turn: int
     similarity: Mapping[str, float] = field(default_factory=dict)  # chunk id -> cos(query)
     rng: random.Random = field(default_factory=lambda: random.Random(0))
+    #: one past the last position a policy may rank (0: one past the last chunk it is
+    #: given), so a position-weighted score is the same whichever subset is ranked
+    horizon: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,13 @@ class Conversation:
         """This request's turn as the log, the inspector and the headers number it."""
         return self.turn + self.offset
 
+    @property
+    def horizon(self) -> int:
+        """One past the last evictable message (PolicyContext.horizon): the tail that is
+        always sent is PERMANENT and not ranked."""
+        return next((p.chunk.index + 1 for p in reversed(self.parts)
+                     if p.chunk.klass is not ChunkClass.PERMANENT), 0)
+
     def prefix(self, messages: Sequence[dict[str, Any]]) -> Prefix:
         return Prefix(messages, [p.info for p in self.parts], self.refs)
 

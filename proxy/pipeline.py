@@ -150,7 +150,8 @@ class Pipeline:
         room, reserved = rt.room(body, tools_tokens)
         tokens_in = REPLY_PRIMING + sum(p.chunk.tokens for p in conv.parts) + tools_tokens
         ctx = PolicyContext(turn=conv.turn, similarity=rel.similarity,
-                            rng=random.Random(f"{session}:{conv.turn}"))
+                            rng=random.Random(f"{session}:{conv.turn}"),
+                            horizon=conv.horizon)
         target = int(room * rt.route.watermark)
         fit = rt.fitter.fit(conv, state.evicted, room, target, rt.policy, ctx)
         if fit.tokens > room:

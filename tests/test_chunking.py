@@ -53,6 +53,13 @@ def test_classes_follow_the_design_table() -> None:
     ]
 
 
+def test_horizon_is_one_past_the_last_evictable_message() -> None:
+    """What RWOE's cache weight measures positions against (PolicyContext.horizon): the
+    PERMANENT tail (latest user message, the tool group answered now) is not ranked."""
+    assert split(AGENT).horizon == 7  # the final answer at 6 is the last evictable
+    assert split(AGENT[:2]).horizon == 0  # nothing evictable
+
+
 def test_turns_count_assistant_messages() -> None:
     conv = split(AGENT)
     assert [p.chunk.turn for p in conv.parts] == [0, 0, 0, 1, 1, 2, 2, 3, 3, 4]

@@ -45,7 +45,8 @@ def mixed(n: int = 60, seed: int = 3) -> list[Chunk]:
 
 def ctx_for(chunks: list[Chunk], turn: int = 15, seed: int = 1) -> PolicyContext:
     sim = {c.id: (hash(c.id) % 200 - 50) / 100 for c in chunks[::2]}
-    return PolicyContext(turn=turn, similarity=sim, rng=random.Random(seed))
+    return PolicyContext(turn=turn, similarity=sim, rng=random.Random(seed),
+                         horizon=max(c.index for c in chunks) + 1)
 
 
 # --- registry and parameters ---------------------------------------------------------------
@@ -283,6 +284,22 @@ def test_rwoe_cache_weight_evicts_nearer_the_tail_so_the_cached_prefix_lasts() -
     n = 9  # one past the last evictable message (the PERMANENT tail is not ranked)
     assert [r.score for r in late if r.chunk.id == "late"] == [
         pytest.approx(plain * (1 + 2.0 * (1 - 8 / n)))]
+
+
+def test_rwoe_cache_weight_scores_a_chunk_alike_in_any_subset_given_the_horizon() -> None:
+    """The weight needs n; `ctx.horizon` (the pipeline's: one past the last evictable
+    message) fixes it, so the restore pass, ranking only evicted chunks, and `priority`,
+    scoring one, agree with the full ranking. Without it n comes from the chunks given."""
+    chunks = [ck("a", 400, T, 1, 1), ck("b", 400, T, 2, 4), ck("c", 400, T, 3, 7)]
+    policy, ctx = get_policy("rwoe", cache_weight=2.0), PolicyContext(turn=5, horizon=10)
+    whole = {r.chunk.id: r.score for r in policy.rank(chunks, ctx)}
+    assert {r.chunk.id: r.score for r in policy.rank(chunks[:2], ctx)} == {
+        k: whole[k] for k in "ab"}
+    assert [policy.priority(c, ctx) for c in chunks] == [whole[k] for k in "abc"]
+    plain = get_policy("rwoe").priority(chunks[1], ctx)
+    assert whole["b"] == pytest.approx(plain * (1 + 2 * (1 - 4 / 10)))
+    free = PolicyContext(turn=5)  # n = 5: one past the only chunk given
+    assert policy.priority(chunks[1], free) == pytest.approx(plain * (1 + 2 * (1 - 4 / 5)))
 
 
 def test_rwoe_probability_is_clamped_to_0_1() -> None:
