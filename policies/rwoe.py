@@ -23,11 +23,12 @@ a short instruction). Origins not listed use k = 1, F = 0.
 
 Prompt cache (`cache_weight` β, default 0: the paper's order): an evictable chunk's EFV is
 multiplied by 1 + β · (1 − i / n), i its message's position and n one past the last
-evictable message's (the tail that is always sent is not ranked), so the early
-conversation is worth more and an eviction breaks the provider's cached prefix
-later (what is evicted goes from nearer the tail). Measured in docs/design-notes.md
-("Budget and cache"): at β = 2 the cache-prefix ratio +0.03 to +0.09, facts kept within
-a fact or two either way (it was a trade against recall's reach before 2026-12-05).
+evictable message's (`ctx.horizon`; the tail that is always sent is not ranked), so the
+early conversation is worth more and an eviction breaks the provider's cached prefix later
+(what is evicted goes from nearer the tail). Measured in docs/design-notes.md ("Budget and
+cache"): at β = 2 the cache-prefix ratio +0.03 to +0.09 and facts kept within a fact or two
+either way, but what goes is the latest work (the demo's late turn evicts the patch just
+applied and keeps a document read on turn 1): a route's choice, not the default.
 
 Deviation from the paper: P is also clamped at 0, since a negative cosine could otherwise
 make P negative and invert the order (the most valuable chunk would go first).
@@ -106,7 +107,7 @@ class RWOE(BatchPolicy):
             out.append(p * (r + k))
         beta = self.cache_weight
         if beta and out:  # the earlier a chunk, the more its place in the prefix is worth
-            n = max(c.index for c in chunks) + 1
+            n = ctx.horizon or max(c.index for c in chunks) + 1
             out = [v * (1.0 + beta * (1.0 - c.index / n)) for v, c in zip(out, chunks,
                                                                         strict=True)]
         return out
