@@ -235,9 +235,10 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
         if not why:
             matched = sorted(dict.fromkeys(t for t in terms(h.text) if t in qterms),
                              key=lambda t: (t.isalpha(), -len(t)))
-            why = (f"lexical match {h.strength:.2f} >= {min_relevance:g} on: "
-                   + ", ".join(f"{t} (~{alias[t]})" if t in alias else t
-                               for t in matched[:6]))
+            on = [f"{t} (~{alias[t]})" if t in alias else t for t in matched[:6]]
+            if h.note:  # a question about what stands out (store/notable.py)
+                on.append(f"a notable row ({h.note})")
+            why = f"lexical match {h.strength:.2f} >= {min_relevance:g} on: " + ", ".join(on)
         out.append(Recalled(h, m.turn, m.role, m.klass, tokens, why))
         covered.setdefault(h.chunk_id, set()).update(matches)
         together[h.chunk_id] = max(together.get(h.chunk_id, 0), _together(plain, qterms))

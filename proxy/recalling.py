@@ -53,6 +53,8 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
     if rel.step.asks and asks_quantity(rel.step.words):  # proxy/answers.py
         words = set(terms(rel.step.words)).union(*(terms(w) for w in rel.related))
         stated = stated_passages(state.index, rel.hits, words)
+    if rel.step.asks:  # a row that is the extreme the question names states its answer
+        stated |= {(h.chunk_id, h.piece) for h in rel.hits if h.note}
     if rel.step.asks and asks_own_words(rel.step.words):  # "what did I tell you about…"
         stated |= users_passages(rel.hits, lambda c: m.role if (m := state.meta.get(c))
                                  else None)

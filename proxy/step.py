@@ -135,10 +135,13 @@ def search(index: RelevanceIndex, step: Step, related: Related | None = None) ->
     if step.words:
         own = index.query_terms(step.query, settle=not step.reply)
         extra = index.related_terms(related, own) if related else {}
-        if own:  # a question's adjacent words also count as a phrase ("Hotel Alfama")
+        # "the biggest amount": the rows that stand out (store/notable.py); the yardstick
+        # when none of the question's own words is in the session
+        tags = index.notable_terms(step.query) if step.asks else {}
+        if own or tags:  # a question's adjacent words also count as a phrase ("Hotel Alfama")
             pairs = index.phrases(step.query) if step.asks else None
-            hits = index.search({**own, **extra}, step.source, ideal=index.ideal(own),
-                                phrases=pairs)
+            hits = index.search({**own, **extra, **tags}, step.source,
+                                ideal=index.ideal(own or tags), phrases=pairs)
     if step.ids_from:
         rare = index.rare_identifiers(step.ids_from, step.source)
         if rare:

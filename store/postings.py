@@ -37,6 +37,7 @@ class Hit:
     text: str
     score: float  # raw BM25
     strength: float  # score / the query's ideal score, in [0, 1]
+    note: str = ""  # its notable rows, when the query asked for them (store/notable.py)
 
 
 class Postings:
@@ -60,6 +61,9 @@ class Postings:
         self._waiting: dict[int, None] = {}  # passages not in the postings yet, in order
         self._blob: Blob | None = None  # their text, lowered, to find terms in
         self._mark = 0  # passages below it came with earlier requests (`catch_up`)
+        self._ids: list[str] = []  # chunk ids in the order added
+        # terms a passage counts beyond its text's (`add_terms`), until it is indexed
+        self._extra: dict[int, list[str]] = {}
 
     def __len__(self) -> int:
         return len(self._chunks)
@@ -95,8 +99,17 @@ class Postings:
             self._len.append(len(piece))
             self._total_len += len(piece)
         self._chunks[chunk_id] = range(first, len(self._owner))
+        self._ids.append(chunk_id)
         self._blob = None
         return True
+
+    def add_terms(self, n: int, extra: list[str]) -> None:
+        """Passage `n` counts `extra` terms beyond its text's (a notable row's tag: store/
+        relevance.py); its text is unchanged."""
+        if n in self._waiting:
+            self._extra.setdefault(n, []).extend(extra)
+        else:
+            self._count(n, Counter(extra))
 
     def annotated(self, chunk_id: str) -> bool:
         return chunk_id in self._annotated
@@ -153,6 +166,9 @@ class Postings:
         tf = Counter(terms(self._text[n]))
         for t in self._annotated.get(self._owner[n], ()):
             tf[t] += 1
+        extra = self._extra.pop(n, None)
+        if extra:
+            tf.update(extra)
         self._count(n, tf)
 
     def _count(self, n: int, tf: dict[str, int]) -> None:
@@ -178,6 +194,7 @@ class Postings:
         for cid, extra in self._annotated.items():
             if not want.isdisjoint(extra):
                 hit.update(n for n in self._chunks[cid] if n in self._waiting)
+        hit.update(n for n, extra in self._extra.items() if not want.isdisjoint(extra))
         for n in sorted(hit):
             if n in self._waiting:
                 self._index(n)

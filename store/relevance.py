@@ -8,7 +8,9 @@ passages in well under a millisecond. `bm25s` (sparse matrices) must rebuild its
 for every added document, `tantivy` needs a commit and a reader reload per turn, and
 LanceDB's full-text search needs an index build before new rows are searchable fast.
 
-Terms and passages: store/terms.py; the lazy inverted index: store/postings.py.
+Terms and passages: store/terms.py; the lazy inverted index: store/postings.py. A
+table's odd rows (store/notable.py) count a tag that a question naming their kind
+("below zero", "the biggest") matches: `examine`, `notable_terms`.
 
 Scores: Okapi BM25 (k1 = 1.2, b = 0.75) with the query's term weights, a passage's length
 measured in characters (so it is known before the passage is indexed). `strength` is a
@@ -27,8 +29,9 @@ import re
 from collections.abc import Iterable
 from itertools import pairwise
 
+from store.notable import asked, notable, placed, row_terms, said
 from store.postings import EAGER, Hit, Postings
-from store.terms import WORD, identifiers, terms
+from store.terms import PASSAGE_CHARS, WORD, identifiers, terms
 
 __all__ = ["EAGER", "IDEAL_TERMS", "Hit", "RelevanceIndex"]
 
@@ -36,11 +39,51 @@ K1, B = 1.2, 0.75
 IDEAL_TERMS = 8  # strength's yardstick: the query's most specific terms, not all of them
 FEW = 16  # waiting passages a related word may be in, at most, to be indexed for it
 FEW_BUDGET = 64  # and passages indexed so in all, on one request (store/postings.py)
+NOTABLE_WEIGHT = 1.0  # a notable row's tag, named by a question: x its idf
 
 
 class RelevanceIndex(Postings):
     """BM25 over `Postings`: the query's terms (and a question's related words and
     phrases) scored against every passage that holds one, best first."""
+
+    def __init__(self, passage_chars: int = PASSAGE_CHARS, eager: int = EAGER) -> None:
+        super().__init__(passage_chars, eager)
+        self._examined = 0  # chunks examined for notable rows, in the order added
+        # passage -> the tags of its notable rows, and the rows said
+        self._notes: dict[int, tuple[frozenset[str], str]] = {}
+
+    @property
+    def unexamined(self) -> int:
+        return len(self._ids) - self._examined
+
+    def examine(self, limit: int | None = None) -> int:
+        """Find the notable rows (store/notable.py) of the chunks not examined yet, `limit`
+        of them at most; how many are left. Their passages count the rows' tags and
+        column headers from now on."""
+        ids = self._ids
+        stop = len(ids) if limit is None else min(len(ids), self._examined + limit)
+        for cid in ids[self._examined:stop]:
+            nums = self._chunks[cid]
+            pieces = [self._text[n] for n in nums]
+            found = notable("".join(pieces))
+            for k, rows in placed(found, pieces).items() if found else ():
+                extra = row_terms(rows)
+                self.add_terms(nums[k], extra)
+                self._notes[nums[k]] = (frozenset(t for t in extra if t[:1] == "~"),
+                                        said(rows))
+        self._examined = stop
+        return len(ids) - stop
+
+    def notable_terms(self, question: str) -> dict[str, float]:
+        """The tags of notable rows that `question` names ("the biggest amount": the
+        highest values'), weighted NOTABLE_WEIGHT x idf; the chunks the background has not
+        examined yet are examined first."""
+        tags = asked(question)
+        if not tags:
+            return {}
+        self.examine()
+        self._settle(tags)
+        return {t: NOTABLE_WEIGHT * self._idf(t) for t in tags if t in self._post}
 
     def phrases(self, text: str) -> dict[str, tuple[float, dict[int, int]]]:
         """The pairs of adjacent words of `text` (a space apart: "Mateo Ramaswamy", "Hotel
@@ -146,7 +189,11 @@ class RelevanceIndex(Postings):
         if ideal is None:
             ideal = self.ideal(q)
         owner = self._owner
-        hits = [Hit(owner[n], self._piece[n], self._text[n], s, min(1.0, s / ideal))
+        tags = {t for t in q if t[:1] == "~"}  # a question's (notable_terms)
+        notes = self._notes if tags else {}
+        hits = [Hit(owner[n], self._piece[n], self._text[n], s, min(1.0, s / ideal),
+                    note[1] if (note := notes.get(n)) and not tags.isdisjoint(note[0])
+                    else "")
                 for n, s in acc.items() if owner[n] not in exclude]
         hits.sort(key=lambda h: (-h.score, h.chunk_id, h.piece))
         return hits

@@ -10,6 +10,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
 
@@ -269,6 +270,50 @@ async def test_a_cold_history_keeps_the_evidence_for_its_last_question(
             await asyncio.sleep(0.01)
     await post(client, [*history, assistant(f"It is {ANSWER}."), user(ASK)], sid="cold")
     assert ANSWER in json.dumps(upstream.history[-1].body["messages"])
+
+
+def stock_levels() -> str:
+    """An inventory export whose one odd row is a negative count (store/notable.py)."""
+    sites = ["RNO1", "PHL1", "CMH2", "DFW2"]
+    rows = [f"{kind}-{color}-{size},{sites[(i + j) % 4]},{120 + 37 * i + j},{40 + j},"
+            f"{80 + 37 * i},{(i * j) % 5 * 100},{20 + i + j}"
+            for i, kind in enumerate(["TNT", "BSL", "GLV", "PNT", "HKB"])
+            for j, (color, size) in enumerate([("NVY", "41"), ("ORG", "XL"), ("SND", "38"),
+                                               ("GRY", "XS"), ("TEA", "L"), ("RED", "44")])]
+    rows[17] = "CAP-MGT-XXL,RNO1,0,11,-11,0,20"
+    return "\n".join(["sku,site,on_hand,allocated,available,on_order,lead_days", *rows])
+
+
+@pytest.mark.parametrize("cold", [False, True])
+async def test_a_question_about_a_tables_odd_one_out_recalls_its_row(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer, cold: bool) -> None:
+    """No word of "which item was showing stock below zero in the Reno building?" is in
+    the row that answers it (`CAP-MGT-XXL,RNO1,0,11,-11,...`); it is the export's one
+    negative count, and "below zero" names that kind of row. Back to back with no
+    embedder, and on the same history sent whole for the first time."""
+    client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
+    history = agent_session(20, fact_at=0)
+    history[4] = assistant(None, call("call_2", "wms_export", '{"report": "levels"}'))
+    history[5] = tool("call_2", stock_levels())
+    if not cold:
+        for end in range(4, len(history) + 1, 2):
+            await post(client, history[:end])
+        assert "CAP-MGT-XXL" not in json.dumps(upstream.history[-1].body["messages"])
+        index = client.app[PIPELINE].sessions.get("default", "s-1").index
+        async with asyncio.timeout(10):  # the background looks for notable rows between
+            while index.unexamined:  # turns; a question examines whatever is left
+                await asyncio.sleep(0.01)
+    ask = "Which item was showing stock below zero in the Reno building?"
+    resp = await post(client, [*history, assistant("Handlers are done."), user(ask)])
+    sent = upstream.history[-1].body["messages"]
+    assert "CAP-MGT-XXL,RNO1,0,11,-11,0,20" in json.dumps(sent)
+    if cold:  # the question feeds RWOE's similarity: the export stays whole
+        assert resp.headers["X-Ctxwarden-Recalled"] == "0"
+        return
+    assert "CAP-MGT-XXL,RNO1,0,11,-11,0,20" in sent[-1]["content"]  # recalled, last
+    log = (await (await client.get("/admin/evictions", params={"session": "s-1"})).json())
+    (why,) = [e["reason"] for e in log["events"] if e["action"] == "recall"]
+    assert why.endswith("on: a notable row (negative available)")
 
 
 async def test_the_same_recall_renders_byte_identical(

@@ -1,0 +1,262 @@
+"""Notable rows: the rows of a tool output's table that a later question asks about in
+plain words, found without the question.
+
+What a later question asks of a table is often its odd one out: the one negative stock
+count, the vendor whose 90+ balance dwarfs every other, the only non-zero difference in
+a reconciliation, a price far under the rest. The question names the oddity ("which item
+was below zero", "the biggest amount past due"), not the row's identifier, and nothing
+in the row says "biggest". So such a row's passage also counts its kind's tag (`TAGS`,
+a term no text yields) and its column's header as terms of the lexical index, and a
+question's words that name a kind (`WORDS`, `asked`) add its tag to the query
+(store/relevance.py: `RelevanceIndex.examine`, `notable_terms`); the passage's text is
+unchanged, and a step that is no question never matches a tag.
+
+Tables: a JSON list of five or more records (at the top or up to three levels down), or
+six or more consecutive lines with the same number of cells split at `|` (markdown),
+tabs, commas (CSV, quoted fields honoured) or runs of two or more spaces (a command's
+columns), the first a header when none of its cells is a number. A column counts when at
+least five of its cells, and 70 % of its rows, are numbers (`1,234.50`, `-11`, `$0.95`,
+`-18.74 dBm`; not dates, times, versions or addresses). In such a column a row is
+notable when it is
+- `negative`: one of at most two negative values, a fifth of the column at most;
+- `nonzero`: one of at most two values that are not zero, where 80 % are;
+- `highest`: over 2.5 times the next (all values zero or more);
+- `lowest`: under a fifth of the next (all values above zero).
+At most `MAX_ROWS` rows of an output are notable: a table full of oddities has none.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from store.terms import WORD, terms
+
+#: the words a question about each kind of row uses ("below zero", "the biggest amount");
+#: the row's passage counts its kind's tag, a term no text yields, and a question's words
+#: add the tags they name (`asked`). Words that say little alone ("top", "most",
+#: "under", "below") are left out: "under review" is no question about a low value.
+WORDS = {
+    "negative": "negative zero minus deficit shortfall oversold overdrawn",
+    "nonzero": "nonzero non-zero discrepancy discrepancies mismatch mismatched unbalanced gap",
+    "highest": "highest largest biggest greatest maximum peak worst outlier",
+    "lowest": "lowest smallest least minimum cheapest fewest worst outlier",
+}
+TAGS = {kind: f"~{kind}" for kind in WORDS}
+_ASKS: dict[str, frozenset[str]] = {}  # a question's word -> the tags it names
+for _kind, _words in WORDS.items():
+    for _w in _words.split():
+        _ASKS[_w] = _ASKS.get(_w, frozenset()) | {TAGS[_kind]}
+
+
+def asked(question: str) -> set[str]:
+    """The tags `question`'s words name."""
+    out: set[str] = set()
+    for w in WORD.findall(question):
+        tags = _ASKS.get(w.lower())
+        if tags:
+            out |= tags
+    return out
+
+
+MIN_ROWS, MIN_VALUES, MAX_ROWS = 6, 5, 6
+
+_NUMBER = re.compile(r"\s*([-+−]?)\s*[$€£]?\s*(\d[\d,]*(?:\.\d+)?)")
+_UNIT = re.compile(r"[A-Za-z%°µ/]{0,6}")  # not 2024-08-18, 10.4.2.17, 12:30, 1/1, 5d3h
+_RULE = re.compile(r"^[\s|:\-+]+$")  # a markdown table's |---|---| line
+_SPACES = re.compile(r"\s{2,}")  # a command's columns
+
+
+Row = tuple[tuple[str, ...], list[Any]]  # (probes, cells)
+Table = tuple[Sequence[str] | None, list[Row]]  # (header, rows)
+
+
+@dataclass(frozen=True, slots=True)
+class Notable:
+    kind: str  # a key of WORDS
+    column: str  # its header ("" when the table has none)
+    probes: tuple[str, ...]  # what the passage holding the row holds (its line; a record's)
+
+
+def number(cell: Any) -> float | None:
+    """A cell's value if it is a number, with a unit of six letters at most after it."""
+    if isinstance(cell, bool) or cell is None:
+        return None
+    if isinstance(cell, int | float):
+        return float(cell)
+    if not isinstance(cell, str):
+        return None
+    m = _NUMBER.match(cell)
+    if m is None:
+        return None
+    if _UNIT.fullmatch(cell[m.end():].strip()) is None:
+        return None
+    try:
+        value = float(m.group(2).replace(",", ""))
+    except ValueError:
+        return None
+    return -value if m.group(1) in ("-", "−") else value
+
+
+def notable(text: str) -> list[Notable]:
+    """The notable rows of `text`'s tables (see the module), at most MAX_ROWS."""
+    out: list[Notable] = []
+    for header, rows in _tables(text):
+        out += _in_table(header, rows)
+    return out if len(out) <= MAX_ROWS else []
+
+
+def _in_table(header: Sequence[str] | None, rows: list[Row]) -> Iterator[Notable]:
+    width = max(len(cells) for _, cells in rows)
+    for j in range(width):
+        if all(number(cells[j]) is None for _, cells in rows[:MIN_VALUES] if j < len(cells)):
+            continue  # a column of text (most are): 70 % numbers would show in its first five
+        vals = [(i, v) for i, (_, cells) in enumerate(rows) if j < len(cells)
+                for v in (number(cells[j]),) if v is not None]
+        if len(vals) < MIN_VALUES or len(vals) < 0.7 * len(rows):
+            continue
+        name = str(header[j]) if header is not None and j < len(header) else ""
+        for kind, i in _odd(vals):
+            yield Notable(kind, name, rows[i][0])
+
+
+def _odd(vals: list[tuple[int, float]]) -> Iterator[tuple[str, int]]:
+    """(kind, row) of a column's odd values."""
+    n = len(vals)
+    neg = [i for i, v in vals if v < 0]
+    if 0 < len(neg) <= min(2, n // 5):
+        yield from (("negative", i) for i in neg)
+        return
+    nonzero = [i for i, v in vals if v != 0]
+    if 0 < len(nonzero) <= 2 and n - len(nonzero) >= 0.8 * n:
+        yield from (("nonzero", i) for i in nonzero)
+        return
+    order = sorted(vals, key=lambda iv: iv[1])
+    (lo, low), (_, low2) = order[0], order[1]
+    (_, high2), (hi, high) = order[-2], order[-1]
+    if low >= 0 and high2 > 0 and high > 2.5 * high2:
+        yield "highest", hi
+    if low > 0 and low < 0.2 * low2:
+        yield "lowest", lo
+
+
+def _tables(text: str) -> list[Table]:
+    head = text.lstrip()[:1]
+    if head in ("[", "{"):
+        try:
+            data = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            data = None
+        if data is not None:
+            records = _records(data, 0)
+            if records is None:
+                return []
+            keys = list(dict.fromkeys(k for r in records[:20] for k in r))
+            key = _id_key(records, keys)
+            rows: list[Row] = [((orjson.dumps(r[key]).decode(),) if key else (),
+                                [r.get(k) for k in keys]) for r in records]
+            return [(keys, rows)]
+    if text.count("\n") < MIN_ROWS - 1:
+        return []
+    best: list[Table] = []
+    lines = text.splitlines()
+    for sep in ("|", "\t", ",", "  "):
+        if sep != "  " and text.count(sep) < 2 * MIN_ROWS:
+            continue
+        found = list(_blocks(lines, sep))
+        if sum(len(r) for _, r in found) > sum(len(r) for _, r in best):
+            best = found
+    return best
+
+
+def _records(data: Any, depth: int) -> list[dict[str, Any]] | None:
+    """The longest list of five or more records in `data`, three levels down at most."""
+    if isinstance(data, list) and len(data) >= MIN_VALUES and all(
+            isinstance(r, dict) for r in data):
+        return data
+    if depth >= 3:
+        return None
+    best: list[dict[str, Any]] | None = None
+    for v in data.values() if isinstance(data, dict) else data[:50] if isinstance(
+            data, list) else ():
+        found = _records(v, depth + 1)
+        if found is not None and (best is None or len(found) > len(best)):
+            best = found
+    return best
+
+
+def _id_key(records: list[dict[str, Any]], keys: list[str]) -> str | None:
+    """The first field whose text tells every record apart (an id, a name, a SKU): what
+    the passage holding a record holds, quoted as JSON writes it."""
+    for k in keys:
+        vals = [r.get(k) for r in records]
+        if all(isinstance(v, str) and v for v in vals) and len(set(vals)) == len(vals):
+            return k
+    return None
+
+
+def _blocks(lines: list[str], sep: str) -> Iterator[Table]:
+    """Runs of MIN_ROWS or more lines split into the same number (3+) of cells."""
+    run: list[tuple[str, list[str]]] = []
+    for line, cells in zip(lines, _split(lines, sep), strict=True):
+        if sep == "|" and _RULE.match(line) and run:
+            continue
+        if run and len(cells) != len(run[0][1]):
+            yield from _block(run)
+            run = []
+        if len(cells) >= 3:
+            run.append((line, cells))
+    yield from _block(run)
+
+
+def _block(run: list[tuple[str, list[str]]]) -> Iterator[Table]:
+    if len(run) < MIN_ROWS:
+        return
+    first = run[0][1]
+    header = first if all(number(c) is None for c in first) else None
+    body = run[1:] if header is not None else run
+    yield header, [((line.strip(),), cells) for line, cells in body]
+
+
+def _split(lines: list[str], sep: str) -> Iterator[list[str]]:
+    if sep == ",":
+        try:
+            yield from csv.reader(lines)
+        except csv.Error:  # a NUL byte, an unclosed quote across the end
+            return
+    elif sep == "|":
+        for line in lines:
+            s = line.strip()
+            yield [c.strip() for c in s.strip("|").split("|")] if s.startswith("|") else []
+    elif sep == "\t":
+        for line in lines:
+            yield line.split("\t")
+    else:
+        for line in lines:
+            yield _SPACES.split(line.strip())
+
+
+def placed(found: list[Notable], pieces: Sequence[str]) -> dict[int, list[Notable]]:
+    """Piece number -> its notable rows: each goes to the first piece holding all its
+    probes (a row without probes goes nowhere)."""
+    out: dict[int, list[Notable]] = {}
+    for row in found:
+        k = next((k for k, p in enumerate(pieces) if all(q in p for q in row.probes)), None)
+        if k is not None and row.probes:
+            out.setdefault(k, []).append(row)
+    return out
+
+
+def row_terms(rows: list[Notable]) -> list[str]:
+    """What rows add to their passage's terms: each one's tag and its column's header."""
+    return [t for row in rows for t in (TAGS[row.kind], *terms(row.column))]
+
+
+def said(rows: list[Notable]) -> str:
+    """Rows as recall's reason names them: "highest 90+, negative available"."""
+    return ", ".join(f"{row.kind} {row.column}".strip() for row in rows)

@@ -1,0 +1,139 @@
+"""Notable rows: a table's odd one out, found without the question, and a question that
+names it in plain words ("below zero", "the biggest amount") finding its passage."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from store.notable import TAGS, Notable, asked, notable, number, placed
+from store.relevance import RelevanceIndex
+from store.terms import passages
+
+STOCK = "\n".join([
+    "sku,site,on_hand,allocated,available,on_order,lead_days",
+    "RJK-ORG-43,RNO1,679,453,226,0,57", "CAP-NVY-41,PHL1,273,212,61,330,57",
+    "TNT-NVY-XL,CMH2,439,157,282,0,59", "BSL-SND-XL,CMH2,370,310,60,0,22",
+    "CAP-MGT-XXL,RNO1,0,11,-11,0,20", "GLV-NVY-44,CMH2,502,237,265,0,45",
+    "PNT-SND-40,RNO1,59,50,9,350,31", "GLV-ORG-41,DFW2,813,689,124,0,77",
+])
+AGING = "\n".join([
+    "AP aging 2024-04", "| vendor | id | terms | current | 1-30 | 31-60 | 61-90 | 90+ |",
+    "|---|---|---|---|---|---|---|---|",
+    *(f"| {v} | {i} | NET30 | {a} | 9,728.38 | 3,121.96 | 3,557.59 | {o} |" for v, i, a, o in [
+        ("Pied Piper Hosting", "V04924", "14,673.53", "0.00"),
+        ("Wayne Metals", "V48568", "3,845.26", "2,073.00"),
+        ("Dunder Paper Co.", "V66937", "42,245.01", "0.00"),
+        ("Globex Packaging", "V52949", "5,712.47", "1,576.22"),
+        ("Marrowfield Castings GmbH", "V18682", "784.41", "133,163.60"),
+        ("Stark Components", "V72101", "16,905.76", "0.00")]),
+])
+PRODUCTS = json.dumps({"total": 7, "products": [
+    {"sku": sku, "title": "Ridge Insulated Bottle", "price": price, "status": "active"}
+    for sku, price in [("BTL-ORG-41", 89.95), ("BSL-TEA-40", 189.95), ("BTL-CHR-OS", 0.95),
+                       ("CAP-OLV-L", 34.5), ("FLC-BLK-S", 129.0), ("GLV-RED-44", 44.0),
+                       ("TNT-GRY-45", 249.0)]]}, indent=2)
+
+
+@pytest.mark.parametrize(("cell", "value"), [
+    ("1,234.50", 1234.5), ("-11", -11.0), ("$0.95", 0.95), ("-18.74 dBm", -18.74),
+    ("283.4 s", 283.4), ("12%", 12.0), (7, 7.0), (0.5, 0.5), (" 3 ", 3.0),
+    ("2024-08-18", None), ("10.4.2.17", None), ("12:30", None), ("1/1", None),
+    ("5d3h", None), ("V04924", None), (True, None), (None, None), ("", None),
+])
+def test_a_number_is_a_value_with_a_short_unit_not_a_date_or_an_address(
+        cell: object, value: float | None) -> None:
+    assert number(cell) == value
+
+
+def test_the_one_negative_count_in_a_csv_is_notable() -> None:
+    assert notable(STOCK) == [Notable("negative", "available",
+                                      ("CAP-MGT-XXL,RNO1,0,11,-11,0,20",))]
+
+
+def test_a_value_that_dwarfs_its_column_in_a_markdown_table_is_the_highest() -> None:
+    """Its header is the column's ("90+"); the zeros beside it are no odd ones."""
+    row = next(line for line in AGING.splitlines() if "Marrowfield" in line)
+    assert notable(AGING) == [Notable("highest", "90+", (row,))]
+
+
+def test_a_price_far_under_the_rest_in_json_records_is_the_lowest() -> None:
+    """A record is found by its first field that tells the records apart, quoted."""
+    assert notable(PRODUCTS) == [Notable("lowest", "price", ('"BTL-CHR-OS"',))]
+
+
+def test_the_only_nonzero_difference_among_zeros_is_notable() -> None:
+    lines = ["pair,receivable,payable,difference"] + [
+        f"US10->DE{i},{1000 + i}.00,{1000 + i}.00,0.00" for i in range(8)]
+    lines[4] = "US10->MX50,1005.00,997.67,7.33"
+    assert notable("\n".join(lines)) == [
+        Notable("nonzero", "difference", ("US10->MX50,1005.00,997.67,7.33",))]
+
+
+def test_columns_split_by_spaces_are_a_table_too() -> None:
+    pods = ["NAME                      READY   STATUS    RESTARTS   AGE"] + [
+        f"api-{i}-7c9f                1/1     Running   {i % 2}          3d" for i in range(7)]
+    pods[3] = "api-2-7c9f                0/1     CrashLoopBackOff   48   3d"
+    assert [(n.kind, n.column) for n in notable("\n".join(pods))] == [("highest", "RESTARTS")]
+
+
+def test_prose_short_outputs_and_tables_full_of_oddities_have_none() -> None:
+    assert notable("The build failed: 3 tests, 1 error.\nSee log.") == []
+    assert notable('{"status": "ok", "count": 3}') == []
+    assert notable("[not json") == []
+    wild = "a,b\n" + "\n".join(f"r{i},{10 ** (i * 2)}" for i in range(8))  # 1, 100, ...
+    spiky = "\n".join(f"r{i},{v},{w}" for i, (v, w) in enumerate(
+        [(1, -5), (2, -6), (3, 1), (4, 2), (5, 3), (6, 4), (7, 5), (8, 6)]))
+    assert notable(wild) == [] and notable(spiky) == []
+
+
+def test_a_question_names_tags_only_with_words_that_mean_an_extreme() -> None:
+    assert asked("Which item was showing stock below zero in Reno?") == {TAGS["negative"]}
+    assert asked("Which supplier has the biggest amount past due?") == {TAGS["highest"]}
+    assert asked("the worst latency") == {TAGS["highest"], TAGS["lowest"]}
+    assert asked("Which tickets are under review? The top one, below.") == set()
+
+
+def test_a_row_goes_to_the_passage_that_holds_it() -> None:
+    pieces = passages(AGING, 200)
+    (row,) = notable(AGING)
+    ((k, rows),) = placed([row], pieces).items()
+    assert rows == [row] and "Marrowfield" in pieces[k]
+    assert placed([Notable("highest", "x", ("nowhere",))], pieces) == {}
+
+
+def test_a_question_naming_the_extreme_finds_its_row_and_nothing_else_changes() -> None:
+    """The row's passage counts its tag and header: "below zero" finds the negative
+    count's passage though no word of the question is in it; its text is unchanged,
+    and a step that is no question scores as before (no tags in its terms)."""
+    idx = RelevanceIndex()
+    idx.add("stock", STOCK)
+    idx.add("aging", AGING)
+    idx.add("notes", "Reno building inventory review is due on Friday; stock counts below.")
+    before = idx.search("stock reno")
+    assert idx.unexamined == 3 and idx.examine(limit=2) == 1 and idx.examine() == 0
+    assert idx.search("stock reno") == before  # no tag asked: the same scores
+    tags = idx.notable_terms("Which item was showing stock below zero in the Reno building?")
+    assert set(tags) == {TAGS["negative"]}
+    own = idx.query_terms("item stock reno building")
+    assert all(h.chunk_id != "stock" for h in idx.search(own))  # no word of it is there
+    hits = idx.search({**own, **tags})
+    (row,) = [h for h in hits if h.chunk_id == "stock"]
+    assert "CAP-MGT-XXL" in row.text and row.text == STOCK  # as written
+    # the aging report's notable row is the highest, not what was asked: no hit
+    assert {h.chunk_id: h.note for h in hits} == {"stock": "negative available", "notes": ""}
+
+
+def test_rows_found_while_passages_wait_count_once_they_are_indexed() -> None:
+    """A history sent whole waits unindexed (store/postings.py); a question's tags index
+    the passages that hold them, and the background finds the same."""
+    idx = RelevanceIndex(eager=0)
+    idx.add("aging", AGING)
+    idx.add("other", "Vendor onboarding checklist: W-9, bank letter, insurance.")
+    assert idx.waiting > 0
+    tags = idx.notable_terms("Which vendor has the biggest amount past due?")
+    assert tags and idx.df(TAGS["highest"]) == 1
+    hits = idx.search(tags)
+    assert len(hits) == 1 and "Marrowfield" in hits[0].text
+    assert hits[0].note == "highest 90+"
