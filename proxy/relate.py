@@ -39,6 +39,7 @@ CALL_CHARS = 300  # of a call's arguments, as context for its output's passages
 DRAIN_SLICE = 8  # waiting passages indexed per slice (~0.35 ms); requests run in between
 DRAIN_DELAY = 0.01  # s: the request that brought them is forwarded first
 EXAMINE_SLICE = 2  # chunks examined for notable rows per slice (~0.2 ms each, 3 ms at most)
+EXAMINE_REST_S = 0.02  # ... once no request has been prepared for this long
 CAUGHT_UP = 16  # passages still to embed, at most, for a question's wait to pay off
 CLEAR_CHUNKS = 2  # evicted chunks matched strongly, at most, for a match to be clear
 
@@ -153,11 +154,15 @@ class Relater:
     async def _drain(self) -> None:
         await asyncio.sleep(DRAIN_DELAY)
         while self._drains:
-            await QUIET.wait()  # it holds the GIL: never while a request is prepared
             key, index = next(iter(self._drains.items()))
             del self._drains[key]
-            index.index_some(DRAIN_SLICE)
-            index.examine(EXAMINE_SLICE)  # its tables' notable rows (store/notable.py)
+            if index.waiting:
+                await QUIET.wait()  # it holds the GIL: never while a request is prepared
+                index.index_some(DRAIN_SLICE)
+            else:  # its tables' notable rows (store/notable.py), in a rest only: back to
+                # back, a question that names one examines what is left itself
+                await QUIET.wait(EXAMINE_REST_S)
+                index.examine(EXAMINE_SLICE)
             if index.waiting or index.unexamined:  # its turn again after the others'
                 self._drains[key] = index
             await asyncio.sleep(0)
