@@ -224,11 +224,12 @@ def _block(run: list[tuple[str, list[str]]]) -> Iterator[Table]:
 
 
 def _split(lines: list[str], sep: str) -> Iterator[list[str]]:
-    if sep == ",":
-        try:
-            yield from csv.reader(lines)
-        except csv.Error:  # a NUL byte, an unclosed quote across the end
-            return
+    if sep == ",":  # each line alone: a quote left open must not swallow the next
+        for line in lines:
+            try:
+                yield next(csv.reader((line,)), [])
+            except csv.Error:  # a NUL byte
+                yield []
     elif sep == "|":
         for line in lines:
             s = line.strip()

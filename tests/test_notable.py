@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from store.notable import TAGS, Notable, asked, notable, number, placed
 from store.relevance import RelevanceIndex
@@ -137,3 +139,41 @@ def test_rows_found_while_passages_wait_count_once_they_are_indexed() -> None:
     hits = idx.search(tags)
     assert len(hits) == 1 and "Marrowfield" in hits[0].text
     assert hits[0].note == "highest 90+"
+
+
+def test_an_open_quote_or_a_nul_byte_spoils_only_its_own_line() -> None:
+    """CSV is read line by line: a quote left open does not swallow the table after it."""
+    text = "\n".join(['note,"an open quote, and more', "a\0b,c,d", STOCK])
+    assert [n.kind for n in notable(text)] == ["negative"]
+
+
+LINE = st.text(st.sampled_from(list("ab01-9.,|\t $\"{}[]:\0−")), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(LINE, max_size=12))
+def test_any_text_is_examined_without_an_error(lines: list[str]) -> None:
+    """Tool output is anything: examining it never raises (a request depends on it)."""
+    text = "\n".join(lines)
+    found = notable(text)
+    assert len(found) <= 6
+    assert all(all(p in text for p in row.probes) for row in found)
+
+
+CELL = st.one_of(st.integers(-5, 10**6).map(str), st.floats(-1e9, 1e9).map(str),
+                 st.text(st.sampled_from(list("ab-:/. $,")), max_size=6))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(CELL, min_size=3, max_size=5), min_size=6, max_size=14),
+       st.sampled_from([",", "\t", " | ", "   "]))
+def test_any_table_is_examined_without_an_error(rows: list[list[str]], sep: str) -> None:
+    lines = [sep.join(r) for r in rows]
+    if sep == " | ":
+        lines = [f"| {line} |" for line in lines]
+    text = "\n".join(lines)
+    found = notable(text)
+    assert len(found) <= 6
+    assert all(all(p in text for p in row.probes) for row in found)
+    json_rows = json.dumps([dict(zip("abcde", r, strict=False)) for r in rows])
+    assert len(notable(json_rows)) <= 6
