@@ -6,8 +6,8 @@ count, the vendor whose 90+ balance dwarfs every other, the only non-zero differ
 a reconciliation, a price far under the rest. The question names the oddity ("which item
 was below zero", "the biggest amount past due"), not the row's identifier, and nothing
 in the row says "biggest". So such a row's passage also counts its kind's tag (`TAGS`,
-a term no text yields) and its column's header as terms of the lexical index, and a
-question's words that name a kind (`WORDS`, `asked`) add its tag to the query
+a term no text yields) in the lexical index, and a question's words that name a kind
+(`WORDS`, `asked`) add its tag to the query
 (store/relevance.py: `RelevanceIndex.examine`, `notable_terms`); the passage's text is
 unchanged, and a step that is no question never matches a tag.
 
@@ -254,8 +254,10 @@ def placed(found: list[Notable], pieces: Sequence[str]) -> dict[int, list[Notabl
 
 
 def row_terms(rows: list[Notable]) -> list[str]:
-    """What rows add to their passage's terms: each one's tag and its column's header."""
-    return [t for row in rows for t in (TAGS[row.kind], *terms(row.column))]
+    """What rows add to their passage's terms: each one's tag. Only a question that names
+    a tag matches one, and it examines every chunk first, so no other query's scores
+    depend on how far the background got (a header's words added too would)."""
+    return [TAGS[row.kind] for row in rows]
 
 
 def said(rows: list[Notable]) -> str:

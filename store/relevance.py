@@ -58,8 +58,8 @@ class RelevanceIndex(Postings):
 
     def examine(self, limit: int | None = None) -> int:
         """Find the notable rows (store/notable.py) of the chunks not examined yet, `limit`
-        of them at most; how many are left. Their passages count the rows' tags and
-        column headers from now on."""
+        of them at most; how many are left. Their passages count the rows' tags from
+        now on."""
         ids = self._ids
         stop = len(ids) if limit is None else min(len(ids), self._examined + limit)
         for cid in ids[self._examined:stop]:
@@ -69,8 +69,7 @@ class RelevanceIndex(Postings):
             for k, rows in placed(found, pieces).items() if found else ():
                 extra = row_terms(rows)
                 self.add_terms(nums[k], extra)
-                self._notes[nums[k]] = (frozenset(t for t in extra if t[:1] == "~"),
-                                        said(rows))
+                self._notes[nums[k]] = (frozenset(extra), said(rows))
         self._examined = stop
         return len(ids) - stop
 
