@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from store.terms import WORD, terms
+from store.terms import WORD
 
 #: the words a question about each kind of row uses ("below zero", "the biggest amount");
 #: the row's passage counts its kind's tag, a term no text yields, and a question's words
