@@ -16,12 +16,20 @@ six or more consecutive lines with the same number of cells split at `|` (markdo
 tabs, commas (CSV, quoted fields honoured) or runs of two or more spaces (a command's
 columns), the first a header when none of its cells is a number. A column counts when at
 least five of its cells, and 70 % of its rows, are numbers (`1,234.50`, `-11`, `$0.95`,
-`-18.74 dBm`; not dates, times, versions or addresses). In such a column a row is
-notable when it is
+`-18.74 dBm`, `T=35.4 °C`; not dates, times, versions or addresses). In such a column a
+row is notable when it is
 - `negative`: one of at most two negative values, a fifth of the column at most;
 - `nonzero`: one of at most two values that are not zero, where 80 % are;
-- `highest`: over 2.5 times the next (all values zero or more);
-- `lowest`: under a fifth of the next (all values above zero).
+- `highest`: over 2.5 times the next (all values zero or more), or, in eight values or
+  more, `SPREAD` median absolute deviations above the median and twice as far from it
+  as the next (a reading of 35.4 where the rest hold 37.0 +- 0.2 is the `lowest`);
+- `lowest`: under a fifth of the next (all values above zero), or as far below.
+In any column, numbers or not, a row is `odd` when its cell differs in shape (digits
+aside, a number as any number, a list or record as empty or not) from the shape 80 % of
+the column share, one or two rows and a fifth of them at most: the FAIL among PASSes,
+the instance whose `"Tags"` is `[]`, the line that reads `ALARM door open` where the
+others read `RH=88%`. A question asks for one in words such as "problem", "failed",
+"missing", "no ... label".
 At most `MAX_ROWS` rows of an output are notable: a table full of oddities has none.
 """
 
@@ -45,7 +53,10 @@ WORDS = {
     "negative": "negative zero minus deficit shortfall oversold overdrawn",
     "nonzero": "nonzero non-zero discrepancy discrepancies mismatch mismatched unbalanced gap",
     "highest": "highest largest biggest greatest maximum peak worst outlier",
-    "lowest": "lowest smallest least minimum cheapest fewest worst outlier",
+    "lowest": "lowest smallest least minimum cheapest fewest worst outlier drop dropped dip",
+    "odd": "problem problems fail failed failing failure flagged alarm alarms anomaly "
+           "anomalous abnormal unusual odd missing without empty blank untagged unlabeled "
+           "unlabelled broken no",
 }
 TAGS = {kind: f"~{kind}" for kind in WORDS}
 _ASKS: dict[str, frozenset[str]] = {}  # a question's word -> the tags it names
@@ -65,8 +76,9 @@ def asked(question: str) -> set[str]:
 
 
 MIN_ROWS, MIN_VALUES, MAX_ROWS = 6, 5, 6
+SPREAD = 8  # median absolute deviations from the median: a value that stands alone
 
-_NUMBER = re.compile(r"\s*([-+−]?)\s*[$€£]?\s*(\d[\d,]*(?:\.\d+)?)")
+_NUMBER = re.compile(r"\s*(?:[A-Za-z_][\w.]{0,15}=\s*)?([-+−]?)\s*[$€£]?\s*(\d[\d,]*(?:\.\d+)?)")
 _UNIT = re.compile(r"[A-Za-z%°µ/]{0,6}")  # not 2024-08-18, 10.4.2.17, 12:30, 1/1, 5d3h
 _RULE = re.compile(r"^[\s|:\-+]+$")  # a markdown table's |---|---| line
 _SPACES = re.compile(r"\s{2,}")  # a command's columns
@@ -114,6 +126,10 @@ def notable(text: str) -> list[Notable]:
 def _in_table(header: Sequence[str] | None, rows: list[Row]) -> Iterator[Notable]:
     width = max(len(cells) for _, cells in rows)
     for j in range(width):
+        name = str(header[j]) if header is not None and j < len(header) else ""
+        for i in _odd_shapes([cells[j] if j < len(cells) else None for _, cells in rows]):
+            yield Notable("odd", name, rows[i][0])
+    for j in range(width):
         if all(number(cells[j]) is None for _, cells in rows[:MIN_VALUES] if j < len(cells)):
             continue  # a column of text (most are): 70 % numbers would show in its first five
         vals = [(i, v) for i, (_, cells) in enumerate(rows) if j < len(cells)
@@ -139,10 +155,60 @@ def _odd(vals: list[tuple[int, float]]) -> Iterator[tuple[str, int]]:
     order = sorted(vals, key=lambda iv: iv[1])
     (lo, low), (_, low2) = order[0], order[1]
     (_, high2), (hi, high) = order[-2], order[-1]
-    if low >= 0 and high2 > 0 and high > 2.5 * high2:
+    mid = order[n // 2][1]
+    mad = sorted(abs(v - mid) for _, v in vals)[n // 2] if n >= 8 else 0.0
+    if (low >= 0 and high2 > 0 and high > 2.5 * high2) or (
+            mad > 0 and high - mid >= SPREAD * mad and high - mid >= 2 * (high2 - mid)):
         yield "highest", hi
-    if low > 0 and low < 0.2 * low2:
+    if (low > 0 and low < 0.2 * low2) or (
+            mad > 0 and mid - low >= SPREAD * mad and mid - low >= 2 * (mid - low2)):
         yield "lowest", lo
+
+
+_DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+_SHAPES: dict[str, str] = {}  # a text cell's digits as 9s -> its shape (cells repeat)
+
+
+def _shape(cell: Any) -> str:
+    if isinstance(cell, str):
+        bare = _DIGITS.sub("9", cell.strip())
+        shape = _SHAPES.get(bare)
+        if shape is None:  # a number's sign and size are the value rules' to judge
+            shape = "9" if number(bare) is not None else bare
+            if len(_SHAPES) >= 50_000:
+                _SHAPES.clear()
+            _SHAPES[bare] = shape
+        return shape
+    if cell is None or isinstance(cell, bool):
+        return str(cell)
+    if isinstance(cell, int | float):
+        return "9"
+    if isinstance(cell, list | dict):
+        return "[]" if not cell else "[x]" if isinstance(cell, list) else "{x}"
+    return "?"
+
+
+def _odd_shapes(cells: list[Any]) -> list[int]:
+    """The rows (one or two, a fifth at most) whose cell differs in shape (digits aside)
+    from the one shape 80 % of the column's cells share: the FAIL among PASSes, the
+    empty list of tags, the line that reads ALARM where the others read RH=88%. The
+    first five cells tell most columns apart (ids, names, amounts): no shape three times
+    among them, no common one."""
+    n = len(cells)
+    most = min(2, n // 5)
+    head = [_shape(c) for c in cells[:5]]
+    common = max(head, key=head.count)
+    if head.count(common) < len(head) - most:
+        return []
+    odd = [i for i, h in enumerate(head) if h != common]
+    for i in range(len(head), n):
+        if _shape(cells[i]) != common:
+            odd.append(i)
+            if len(odd) > most:
+                return []
+    return odd
 
 
 def _tables(text: str) -> list[Table]:

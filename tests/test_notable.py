@@ -69,15 +69,59 @@ def test_the_only_nonzero_difference_among_zeros_is_notable() -> None:
     lines = ["pair,receivable,payable,difference"] + [
         f"US10->DE{i},{1000 + i}.00,{1000 + i}.00,0.00" for i in range(8)]
     lines[4] = "US10->MX50,1005.00,997.67,7.33"
-    assert notable("\n".join(lines)) == [
-        Notable("nonzero", "difference", ("US10->MX50,1005.00,997.67,7.33",))]
+    row = ("US10->MX50,1005.00,997.67,7.33",)  # the one pair to MX is odd in shape too
+    assert notable("\n".join(lines)) == [Notable("odd", "pair", row),
+                                         Notable("nonzero", "difference", row)]
 
 
 def test_columns_split_by_spaces_are_a_table_too() -> None:
     pods = ["NAME                      READY   STATUS    RESTARTS   AGE"] + [
         f"api-{i}-7c9f                1/1     Running   {i % 2}          3d" for i in range(7)]
     pods[3] = "api-2-7c9f                0/1     CrashLoopBackOff   48   3d"
-    assert [(n.kind, n.column) for n in notable("\n".join(pods))] == [("highest", "RESTARTS")]
+    assert [(n.kind, n.column) for n in notable("\n".join(pods))] == [
+        ("odd", "STATUS"), ("highest", "RESTARTS")]
+
+
+def test_the_one_failed_line_among_passes_is_odd_in_every_column_it_differs() -> None:
+    """A melt-curve report: the failing well reads two peaks, a second Tm and FAIL where
+    every other reads one, one and PASS. Its sample id is no number, so no value rule
+    sees it; the shape of its cells (digits aside) does."""
+    lines = [f"{w}  s{i:03d}x  Tm1={80 + i % 5}.{i:02d}  peaks=1  PASS"
+             for i, w in enumerate(["A1", "A2", "B4", "C3", "D8", "E2", "F5", "G6", "H1"])]
+    lines[5] = "E2  S533-X  Tm1=73.75 Tm2=82.77  peaks=2  FAIL (primer-dimer or off-target)"
+    found = notable("\n".join(lines))
+    assert {n.kind for n in found} == {"odd"} and {n.probes for n in found} == {
+        (lines[5],)}
+    assert len(found) == 3  # Tm, peaks (a value of 2 among 1s), the verdict
+
+
+def test_a_record_whose_list_is_empty_where_the_others_hold_one_is_odd() -> None:
+    """`"Tags": []` on the one instance nobody labelled; the others' tags differ in what
+    they hold, not in shape."""
+    instances = [{"InstanceId": f"i-0{n:016x}", "InstanceType": "m6i.xlarge",
+                  "Tags": [{"Key": "team", "Value": team}]}
+                 for n, team in enumerate(["search", "platform", "data", "web", "ml", "ops"])]
+    instances[2] = {**instances[2], "InstanceType": "p4d.24xlarge", "Tags": []}
+    found = notable(json.dumps({"Reservations": [{"Instances": instances}]}, indent=1))
+    assert found == [Notable("odd", "InstanceType", (f'"{instances[2]["InstanceId"]}"',)),
+                     Notable("odd", "Tags", (f'"{instances[2]["InstanceId"]}"',))]
+
+
+def test_a_reading_far_outside_its_columns_spread_is_the_lowest() -> None:
+    """An incubator that holds 37.0 +- 0.2 degrees but for one reading: far under the
+    rest by their spread (median absolute deviation), not by a ratio."""
+    temps = [37.1, 37.0, 36.9, 37.2, 37.0, 36.8, 37.1, 37.2, 37.0, 36.9]
+    lines = [f"2026-11-{10 + i // 4} {i:02d}:15  T={t:.1f} °C  CO2=5.0{i}%  RH=9{i}%"
+             for i, t in enumerate(temps)]
+    lines[6] = "2026-11-11 06:15  T=35.4 °C  CO2=4.96%  ALARM door open > 10 min"
+    found = notable("\n".join(lines))
+    assert Notable("lowest", "", (lines[6],)) in found
+    assert Notable("odd", "", (lines[6],)) in found and len(found) == 2
+
+
+@pytest.mark.parametrize("cell", ["T=35.4 °C", "peaks=2", "CO2=4.96%"])
+def test_a_named_value_is_a_number(cell: str) -> None:
+    assert number(cell) == float(cell.split("=")[1].rstrip(" °C%"))
 
 
 def test_prose_short_outputs_and_tables_full_of_oddities_have_none() -> None:
@@ -88,6 +132,13 @@ def test_prose_short_outputs_and_tables_full_of_oddities_have_none() -> None:
     spiky = "\n".join(f"r{i},{v},{w}" for i, (v, w) in enumerate(
         [(1, -5), (2, -6), (3, 1), (4, 2), (5, 3), (6, 4), (7, 5), (8, 6)]))
     assert notable(wild) == [] and notable(spiky) == []
+
+
+def test_a_question_names_the_odd_one_by_what_it_lacks_or_how_it_failed() -> None:
+    assert asked("Which machine was the big one with no team label on it?") == {
+        TAGS["odd"]}
+    assert asked("Which sample had the double-peak dissociation problem?") == {TAGS["odd"]}
+    assert asked("What temperature did the incubator log drop to?") == {TAGS["lowest"]}
 
 
 def test_a_question_names_tags_only_with_words_that_mean_an_extreme() -> None:

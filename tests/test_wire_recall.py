@@ -5,6 +5,7 @@ recall block, and an oversized tool result cut rather than refused."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -313,7 +314,40 @@ async def test_a_question_about_a_tables_odd_one_out_recalls_its_row(
     assert "CAP-MGT-XXL,RNO1,0,11,-11,0,20" in sent[-1]["content"]  # recalled, last
     log = (await (await client.get("/admin/evictions", params={"session": "s-1"})).json())
     (why,) = [e["reason"] for e in log["events"] if e["action"] == "recall"]
-    assert why.endswith("on: a notable row (negative available)")
+    assert "on: a notable row (" in why and "negative available" in why
+
+
+def instances() -> str:
+    """An EC2 listing whose one instance nobody labelled: `"Tags": []` (store/notable.py)."""
+    teams = ["search", "platform", "data", "web", "ml", "ops", "billing", "growth"]
+    found = [{"InstanceId": "i-0" + hashlib.sha1(t.encode()).hexdigest()[:16],
+              "InstanceType": "m6i.xlarge", "State": "running",
+              "Tags": [{"Key": "team", "Value": t}, {"Key": "env", "Value": "prod"}]}
+             for n, t in enumerate(teams)]
+    found[5] = {**found[5], "InstanceId": "i-013842e6920fdf9e8", "Tags": []}
+    return json.dumps({"Reservations": [{"Instances": found}]}, indent=1)
+
+
+async def test_a_question_about_what_one_record_lacks_recalls_that_record(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """"The one with no team label": no word of the question is in the record that
+    answers it but its empty list, odd where every other record holds tags. Back to
+    back, no embedder."""
+    client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
+    history = agent_session(20, fact_at=0)
+    history[4] = assistant(None, call("call_2", "describe_instances", '{"region": "all"}'))
+    history[5] = tool("call_2", instances())
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+    sent = json.dumps(upstream.history[-1].body["messages"])  # its stub keeps the ids
+    assert "i-013842e6920fdf9e8" in sent and '\\"Tags\\": []' not in sent
+    ask = "Which machine was the one with no team label on it?"
+    await post(client, [*history, assistant("Handlers are done."), user(ask)])
+    recalled = upstream.history[-1].body["messages"][-1]["content"]
+    assert re.search(r'"InstanceId": "i-013842e6920fdf9e8",[^}]*"Tags": \[\]', recalled)
+    log = (await (await client.get("/admin/evictions", params={"session": "s-1"})).json())
+    (why,) = [e["reason"] for e in log["events"] if e["action"] == "recall"]
+    assert "a notable row (odd Tags)" in why, why
 
 
 async def test_the_same_recall_renders_byte_identical(
