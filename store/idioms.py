@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from store.regions import regions
+
 WEIGHT = 0.5
 
 # A word with an everyday sense the trade's does not share stays out: "charge" ("who is
@@ -60,5 +62,9 @@ def _parse(text: str) -> dict[str, tuple[str, ...]]:
 
 @lru_cache(maxsize=1)
 def idioms() -> dict[str, tuple[str, ...]]:
-    """question word -> the words a tool or a document uses for it."""
-    return _parse(_IDIOMS)
+    """question word -> the words a tool or a document uses for it (a place: its cloud
+    regions' codes, store/regions.py)."""
+    out = _parse(_IDIOMS)
+    for place, codes in regions().items():
+        out[place] = tuple(dict.fromkeys((*out.get(place, ()), *codes)))
+    return out

@@ -156,8 +156,8 @@ class RelevanceIndex(Postings):
         being among them."""
         cos: dict[str, float] = {}
         for word, (_, c) in related.items():
-            for t in terms(word):
-                if t not in own and c > cos.get(t, 0.0):
+            for t in terms(word):  # a region's number alone stands for nothing
+                if t not in own and not t.isdigit() and c > cos.get(t, 0.0):
                     cos[t] = c
         if len(self._waiting) <= self.eager:
             self._settle(cos)

@@ -1,0 +1,57 @@
+"""Places and cloud regions (store/regions.py): a question that names a city reaches
+what a tool printed as its region's code, long or short."""
+
+from __future__ import annotations
+
+from proxy.step import Step, related_of, search
+from store.idioms import WEIGHT, idioms
+from store.regions import regions, short
+from store.related import RelatedWords, related_words
+from store.relevance import RelevanceIndex
+
+
+def test_an_aws_region_has_its_short_form_and_others_have_none() -> None:
+    assert short("eu-central-1") == "euc1"
+    assert short("ap-southeast-2") == "apse2"
+    assert short("us-east-1") == "use1"
+    assert short("europe-west3") is None and short("germanywestcentral") is None
+
+
+def test_a_place_names_every_clouds_region_there() -> None:
+    table = regions()
+    assert table["frankfurt"] == ("eu-central-1", "euc1", "europe-west3",
+                                  "germanywestcentral")
+    assert {"ap-southeast-2", "apse2", "australia-southeast1"} <= set(table["sydney"])
+    assert set(table["virginia"]) >= {"us-east-1", "us-east4", "eastus"}
+    assert set(table["frankfurt"]) <= set(idioms()["frankfurt"])  # served as idioms
+
+
+REGIONS = ["use1", "usw2", "euw1", "apne1", "apse2", "sae1"]
+
+
+def game_servers(n: int, looping: str) -> str:
+    """A fleet whose one instance crash-loops, each fleet's in another region."""
+    lines = [f"gs-{region}-a-{3000 + 7 * k + n} status=running restarts=0 players=41"
+             for k, region in enumerate(REGIONS)]
+    lines.append(f"{looping} status=CrashLoopBackOff restarts=37 players=0")
+    return "\n".join(lines)
+
+
+def test_a_city_finds_the_instance_named_by_its_regions_short_code() -> None:
+    index = RelevanceIndex()
+    for n in range(5):
+        index.add(f"fleet{n}", game_servers(n, "gs-euc1-a-3246" if n == 3 else
+                                            f"gs-{REGIONS[n]}-b-{4100 + n}"))
+    q = "Which server in Frankfurt kept restarting over and over?"
+    index.add("q", q)
+    question = Step(q, "", frozenset({"q"}), asks=True)
+    related = related_of(question, related_words(), 0.35)
+    assert related["euc1"] == ("frankfurt", WEIGHT)
+    found = search(index, question, related)
+    assert found[0].chunk_id == "fleet3", [(h.chunk_id, round(h.score, 2)) for h in found[:4]]
+    # a code's number alone stands for nothing: "1" of euc1 reaches no other fleet
+    assert "1" not in index.related_terms(related, {})
+    plain = RelatedWords(related_words().table, idioms={})  # without the regions: a tie
+    alone = search(index, question, related_of(question, plain, 0.35))
+    scores = [h.score for h in alone]  # (their lengths differ by a character or two)
+    assert len(scores) == 5 and max(scores) < 1.01 * min(scores)
