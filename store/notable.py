@@ -24,6 +24,8 @@ row is notable when it is
   more, `SPREAD` median absolute deviations above the median and twice as far from it
   as the next (a reading of 35.4 where the rest hold 37.0 +- 0.2 is the `lowest`);
 - `lowest`: under a fifth of the next (all values above zero), or as far below.
+- `jump`: (six rows or more, in their order) the row at the top of a step over `JUMP`
+  times the next largest: the hop where a traceroute's delay climbs 63 ms.
 In any column, numbers or not, a row is `odd` when its cell differs in shape (digits
 aside, a number as any number, a list or record as empty or not) from the shape 80 % of
 the column share, one or two rows and a fifth of them at most: the FAIL among PASSes,
@@ -54,6 +56,7 @@ WORDS = {
     "nonzero": "nonzero non-zero discrepancy discrepancies mismatch mismatched unbalanced gap",
     "highest": "highest largest biggest greatest maximum peak worst outlier",
     "lowest": "lowest smallest least minimum cheapest fewest worst outlier drop dropped dip",
+    "jump": "jump jumped jumps jumping spike spiked surge surged suddenly",
     "odd": "problem problems fail failed failing failure flagged alarm alarms anomaly "
            "anomalous abnormal unusual odd missing without empty blank untagged unlabeled "
            "unlabelled broken no",
@@ -76,6 +79,7 @@ def asked(question: str) -> set[str]:
 
 
 MIN_ROWS, MIN_VALUES, MAX_ROWS = 6, 5, 6
+JUMP = 4  # times the next largest step between rows
 SPREAD = 8  # median absolute deviations from the median: a value that stands alone
 
 _NUMBER = re.compile(r"\s*(?:[A-Za-z_][\w.]{0,15}=\s*)?([-+−]?)\s*[$€£]?\s*(\d[\d,]*(?:\.\d+)?)")
@@ -117,10 +121,10 @@ def number(cell: Any) -> float | None:
 
 def notable(text: str) -> list[Notable]:
     """The notable rows of `text`'s tables (see the module), at most MAX_ROWS."""
-    out: list[Notable] = []
+    out: dict[Notable, None] = {}  # once (columns without a header have one name)
     for header, rows in _tables(text):
-        out += _in_table(header, rows)
-    return out if len(out) <= MAX_ROWS else []
+        out.update(dict.fromkeys(_in_table(header, rows)))
+    return list(out) if len(out) <= MAX_ROWS else []
 
 
 def _in_table(header: Sequence[str] | None, rows: list[Row]) -> Iterator[Notable]:
@@ -163,6 +167,10 @@ def _odd(vals: list[tuple[int, float]]) -> Iterator[tuple[str, int]]:
     if (low > 0 and low < 0.2 * low2) or (
             mad > 0 and mid - low >= SPREAD * mad and mid - low >= 2 * (mid - low2)):
         yield "lowest", lo
+    if n >= MIN_ROWS:  # in row order: the one step that dwarfs every other
+        steps = sorted((abs(b[1] - a[1]), b[0]) for a, b in zip(vals, vals[1:]))
+        if steps[-1][0] > JUMP * steps[-2][0]:
+            yield "jump", steps[-1][1]
 
 
 _DIGITS = re.compile(r"\d+(?:[.,]\d+)*")

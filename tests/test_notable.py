@@ -92,7 +92,8 @@ def test_the_one_failed_line_among_passes_is_odd_in_every_column_it_differs() ->
     found = notable("\n".join(lines))
     assert {n.kind for n in found} == {"odd"} and {n.probes for n in found} == {
         (lines[5],)}
-    assert len(found) == 3  # Tm, peaks (a value of 2 among 1s), the verdict
+    # odd in three columns (Tm, peaks: a 2 among 1s, the verdict), none with a header:
+    assert len(found) == 1  # the row counts once
 
 
 def test_a_record_whose_list_is_empty_where_the_others_hold_one_is_odd() -> None:
@@ -119,6 +120,17 @@ def test_a_reading_far_outside_its_columns_spread_is_the_lowest() -> None:
     assert Notable("odd", "", (lines[6],)) in found and len(found) == 2
 
 
+def test_the_one_step_that_dwarfs_every_other_between_rows_is_a_jump() -> None:
+    """A traceroute whose delay climbs a few ms a hop but for one hop that adds 63: the
+    row at the top of the step, however far from the ends of the column it stands."""
+    ms = [2.28, 5.17, 6.36, 69.56, 70.59, 71.5, 76.91, 77.71, 79.21]
+    lines = ["traceroute to 167.196.180.74 (167.196.180.74), 30 hops max"] + [
+        f"{i + 1:2d}  r{i}.core{i % 3}.example.net (10.0.{i}.1)  {v:.3f} ms  {v + 0.4:.3f} ms"
+        for i, v in enumerate(ms)]
+    assert notable("\n".join(lines)) == [Notable("jump", "", (lines[4].strip(),))]
+    assert asked("Where did the delay suddenly jump?") == {TAGS["jump"]}
+
+
 @pytest.mark.parametrize("cell", ["T=35.4 °C", "peaks=2", "CO2=4.96%"])
 def test_a_named_value_is_a_number(cell: str) -> None:
     assert number(cell) == float(cell.split("=")[1].rstrip(" °C%"))
@@ -130,7 +142,7 @@ def test_prose_short_outputs_and_tables_full_of_oddities_have_none() -> None:
     assert notable("[not json") == []
     wild = "a,b\n" + "\n".join(f"r{i},{10 ** (i * 2)}" for i in range(8))  # 1, 100, ...
     spiky = "\n".join(f"r{i},{v},{w}" for i, (v, w) in enumerate(
-        [(1, -5), (2, -6), (3, 1), (4, 2), (5, 3), (6, 4), (7, 5), (8, 6)]))
+        [(1, -5), (2, -6), (3, -4), (4, -3), (5, 1), (6, 2), (7, 3), (8, 4)]))
     assert notable(wild) == [] and notable(spiky) == []
 
 
