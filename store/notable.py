@@ -40,6 +40,7 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Iterator, Sequence
+from itertools import pairwise
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,7 +169,7 @@ def _odd(vals: list[tuple[int, float]]) -> Iterator[tuple[str, int]]:
             mad > 0 and mid - low >= SPREAD * mad and mid - low >= 2 * (mid - low2)):
         yield "lowest", lo
     if n >= MIN_ROWS:  # in row order: the one step that dwarfs every other
-        steps = sorted((abs(b[1] - a[1]), b[0]) for a, b in zip(vals, vals[1:]))
+        steps = sorted((abs(b[1] - a[1]), b[0]) for a, b in pairwise(vals))
         if steps[-1][0] > JUMP * steps[-2][0]:
             yield "jump", steps[-1][1]
 
