@@ -40,8 +40,8 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Iterator, Sequence
-from itertools import pairwise
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import orjson
