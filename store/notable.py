@@ -69,9 +69,14 @@ for _kind, _words in WORDS.items():
         _ASKS[_w] = _ASKS.get(_w, frozenset()) | {TAGS[_kind]}
 
 
+# "under a dollar", "below 5 %", "less than one cent": under a quantity, not "under review"
+_UNDER = re.compile(r"\b(?:under|below|less than)\s+(?:(?:a|an|one)\b|[$€£]?\d)",
+                    re.IGNORECASE)
+
+
 def asked(question: str) -> set[str]:
     """The tags `question`'s words name."""
-    out: set[str] = set()
+    out: set[str] = {TAGS["lowest"]} if _UNDER.search(question) else set()
     for w in WORD.findall(question):
         tags = _ASKS.get(w.lower())
         if tags:

@@ -153,6 +153,16 @@ def test_a_question_names_the_odd_one_by_what_it_lacks_or_how_it_failed() -> Non
     assert asked("What temperature did the incubator log drop to?") == {TAGS["lowest"]}
 
 
+@pytest.mark.parametrize(("question", "low"), [
+    ("Which product was accidentally live at under a dollar?", True),
+    ("Any region below 5% margin?", True), ("Which call took less than an hour?", True),
+    ("Which job finished under 10ms?", True), ("Which PR is under review?", False),
+    ("What is below the fold?", False), ("Who sits under another manager?", False)])
+def test_under_a_quantity_asks_for_the_lowest_and_under_anything_else_does_not(
+        question: str, low: bool) -> None:
+    assert (TAGS["lowest"] in asked(question)) is low
+
+
 def test_a_question_names_tags_only_with_words_that_mean_an_extreme() -> None:
     assert asked("Which item was showing stock below zero in Reno?") == {TAGS["negative"]}
     assert asked("Which supplier has the biggest amount past due?") == {TAGS["highest"]}
