@@ -3,6 +3,8 @@ what a tool printed as its region's code, long or short."""
 
 from __future__ import annotations
 
+import json
+
 from proxy.step import Step, related_of, search
 from store.idioms import WEIGHT, idioms
 from store.regions import regions, short
@@ -27,6 +29,39 @@ def test_a_place_names_every_clouds_region_there() -> None:
 
 
 REGIONS = ["use1", "usw2", "euw1", "apne1", "apse2", "sae1"]
+
+
+def test_a_country_and_its_people_name_its_codes_but_never_a_word_of_prose() -> None:
+    table = regions()
+    assert table["vietnamese"] == table["vietnam"] == ("vn", "vnm", "vnd")
+    assert table["german"] == ("de", "deu", "eur")
+    assert "us" not in table["american"] and "id" not in table["indonesia"]
+    assert "no" not in table["norway"] and "nok" in table["norway"]
+
+
+def purchase_orders() -> str:
+    """Forty orders over several passages; one from Vietnam."""
+    countries = ["CN", "BD", "IN", "TR", "PK"] * 8
+    countries[23] = "VN"
+    return json.dumps([{"po_number": f"PO-{4923340 + k}", "origin_country": c,
+                        "status": "in_transit", "units": 900 + 37 * k}
+                       for k, c in enumerate(countries)], indent=2)
+
+
+def test_a_question_about_the_vietnamese_factory_finds_the_order_from_vn() -> None:
+    index = RelevanceIndex()
+    for n in range(3):
+        index.add(f"report{n}", f"Restock report {n}: purchase orders are on schedule.")
+    index.add("pos", purchase_orders())
+    q = "Which purchase order is bringing in the restock from the Vietnamese factory?"
+    index.add("q", q)
+    question = Step(q, "", frozenset({"q"}), asks=True)
+    hits = search(index, question, related_of(question, related_words(), 0.35))
+    best = next(h for h in hits if h.chunk_id == "pos")  # of the listing's passages
+    assert '"origin_country": "VN"' in best.text and "PO-4923363" in best.text
+    plain = RelatedWords(related_words().table, idioms={})  # without: not found at all
+    alone = search(index, question, related_of(question, plain, 0.35))
+    assert alone and not any("PO-4923363" in h.text for h in alone)
 
 
 def game_servers(n: int, looping: str) -> str:
