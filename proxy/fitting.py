@@ -257,6 +257,16 @@ class Fitter(Accounting):
 
     def _evict(self, conv: Conversation, part: Part, r: Ranked, policy: Policy, fit: Fit,
                total: int, reason: str | None = None) -> int:
+        evicted = fit.evicted
+        if part.group is None or (part.role in RESULTS and
+                                  conv.parts[part.group].chunk.id not in evicted):
+            # most evictions, counted alone (a cold history's ~900 a fit): a message that
+            # is no tool call's goes whole; a result whose call stays leaves its stub and
+            # changes no other part's cost (`part_cost`)
+            before = self.part_cost(conv, part, evicted)
+            evicted.add(part.chunk.id)
+            fit.new.append(Decision(part, r.score, reason or policy.reason))
+            return total - before + (0 if part.group is None else self.stub_cost(part))
         affected = self._affected(conv, part)
         before = sum(self.part_cost(conv, p, fit.evicted) for p in affected)
         fit.evicted.add(part.chunk.id)
