@@ -180,9 +180,7 @@ def _odd(vals: list[tuple[int, float]]) -> Iterator[tuple[str, int]]:
 
 
 _DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
-
-
-_SHAPES: dict[str, str] = {}  # a text cell's digits as 9s -> its shape (cells repeat)
+_SHAPES: dict[str, str] = {}  # a short text cell's digits as 9s -> its shape (they repeat)
 
 
 def _shape(cell: Any) -> str:
@@ -191,9 +189,10 @@ def _shape(cell: Any) -> str:
         shape = _SHAPES.get(bare)
         if shape is None:  # a number's sign and size are the value rules' to judge
             shape = "9" if number(bare) is not None else bare
-            if len(_SHAPES) >= 50_000:
-                _SHAPES.clear()
-            _SHAPES[bare] = shape
+            if len(bare) <= 64:  # a long one is a note or a message: kept, it would pile up
+                if len(_SHAPES) >= 50_000:
+                    _SHAPES.clear()
+                _SHAPES[bare] = shape
         return shape
     if cell is None or isinstance(cell, bool):
         return str(cell)
