@@ -126,7 +126,7 @@ canadaeast: quebec
 
 # ISO 3166 alpha-2 and alpha-3 codes and ISO 4217 currency: the country and its people
 _COUNTRIES = """
-us usa usd: america american americans states
+us usa usd: america american americans
 ca can cad: canada canadian canadians
 mx mex mxn: mexico mexican mexicans
 br bra brl: brazil brazilian brazilians
@@ -134,7 +134,7 @@ ar arg ars: argentina argentine argentinian
 cl chl clp: chile chilean
 co col cop: colombia colombian
 pe per pen: peru peruvian
-gb gbr gbp uk: britain british england english kingdom
+gb gbr gbp uk: britain british england
 ie irl eur: ireland irish
 fr fra eur: france french
 de deu eur: germany german germans
@@ -163,7 +163,6 @@ sa sau sar: saudi arabia
 eg egy egp: egypt egyptian
 ng nga ngn: nigeria nigerian
 ke ken kes: kenya kenyan
-za zaf zar: africa african
 in ind inr: india indian
 pk pak pkr: pakistan pakistani
 bd bgd bdt: bangladesh bangladeshi
