@@ -1,4 +1,4 @@
-"""Facts kept on workloads written apart: three sets of black-box sessions.
+"""Facts kept on workloads written apart: four sets of black-box sessions.
 
 Each was written by a helper that saw none of ctxwarden's code or benches, with a
 generator of its own (one-offs, not kept; the sessions are kept as data):
@@ -23,6 +23,15 @@ generator of its own (one-offs, not kept; the sessions are kept as data):
   user, 12 constraint), each asked at least 39 messages later ("which truck kept
   running hot on the Denver to Salt Lake run"); the assistant's reply after a question
   repeats its answer, as a real one would.
+- *fourth* (`tests/data/blackbox4-sessions.json.gz`, 2026-12-05, written to measure and
+  kept for it like the third): six more domains (payroll and HR, a genomics pipeline, a
+  CI/CD outage, university admissions, a bank's fraud desk, telecom billing), two
+  sessions each; 12 sessions of 87-108 messages (~46-74k tokens, 31-44 tool outputs of
+  300 to ~7.9k tokens in a dozen formats), 72 facts (48 tool, 12 user, 12 constraint),
+  each asked 35-75 messages later. Its writer was asked for a mix of question kinds,
+  the odd one out of a table among them ("one person's last paycheck was stuck instead
+  of going out like everyone else's"), after the notable rows were built: it measures
+  them on unseen data, not blind to their existence.
 Questions name neither the answer nor, where avoidable, its label.
 
 Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every
@@ -58,7 +67,8 @@ from store.base import MemoryStore
 _DIR = Path(__file__).resolve().parents[1] / "tests" / "data"
 SETS = {"first": _DIR / "blackbox-sessions.json.gz",
         "second": _DIR / "blackbox2-sessions.json.gz",
-        "third": _DIR / "blackbox3-sessions.json.gz"}
+        "third": _DIR / "blackbox3-sessions.json.gz",
+        "fourth": _DIR / "blackbox4-sessions.json.gz"}
 DATA = SETS["first"]
 PACED = ("rwoe", "mask")
 
