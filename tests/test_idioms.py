@@ -11,11 +11,11 @@ from aiohttp.test_utils import TestClient
 
 from proxy.app import init_app
 from proxy.config import Settings
-from proxy.step import Step, related_of, search
 from store.base import MemoryStore
 from store.idioms import WEIGHT, _parse, idioms
-from store.related import RelatedWords, related_words
+from store.related import RelatedWords
 from store.relevance import RelevanceIndex
+from tests.support.asking import ask, without_idioms
 from tests.support.messages import assistant, call, tool, user
 from tests.support.openai_server import UpstreamServer
 
@@ -63,15 +63,11 @@ def test_a_check_that_went_red_finds_the_run_that_printed_failed() -> None:
         index.add(f"run{n}", pytest_run(n, "test_refund_rounding" if n == 2 else None))
     index.add("note", "Red team review of the checkout page is booked for Friday.")
     q = "Which check went red in the earlier test run?"
-    index.add("q", q)
-    question = Step(q, "", frozenset({"q"}), asks=True)
-    related = related_of(question, related_words(), 0.35)
+    related, found = ask(index, q)
     assert related["fail"] == ("red", WEIGHT)
-    found = search(index, question, related)
     assert found[0].chunk_id == "run2", [(h.chunk_id, round(h.score, 2)) for h in found[:4]]
     # without the idiom, "red" finds the red team's note, and the runs tie on their words
-    plain = RelatedWords(related_words().table, idioms={})
-    alone = search(index, question, related_of(question, plain, 0.35))
+    _, alone = ask(index, q, without_idioms())
     assert alone[0].chunk_id != "run2"
 
 

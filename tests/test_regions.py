@@ -1,15 +1,14 @@
-"""Places and cloud regions (store/regions.py): a question that names a city reaches
-what a tool printed as its region's code, long or short."""
+"""Places and their codes (store/regions.py): a question that names a city or a country
+reaches what a tool printed for it, a region's code long or short, a country's."""
 
 from __future__ import annotations
 
 import json
 
-from proxy.step import Step, related_of, search
 from store.idioms import WEIGHT, idioms
 from store.regions import regions, short
-from store.related import RelatedWords, related_words
 from store.relevance import RelevanceIndex
+from tests.support.asking import ask, without_idioms
 
 
 def test_an_aws_region_has_its_short_form_and_others_have_none() -> None:
@@ -54,13 +53,10 @@ def test_a_question_about_the_vietnamese_factory_finds_the_order_from_vn() -> No
         index.add(f"report{n}", f"Restock report {n}: purchase orders are on schedule.")
     index.add("pos", purchase_orders())
     q = "Which purchase order is bringing in the restock from the Vietnamese factory?"
-    index.add("q", q)
-    question = Step(q, "", frozenset({"q"}), asks=True)
-    hits = search(index, question, related_of(question, related_words(), 0.35))
+    _, hits = ask(index, q)
     best = next(h for h in hits if h.chunk_id == "pos")  # of the listing's passages
     assert '"origin_country": "VN"' in best.text and "PO-4923363" in best.text
-    plain = RelatedWords(related_words().table, idioms={})  # without: not found at all
-    alone = search(index, question, related_of(question, plain, 0.35))
+    _, alone = ask(index, q, without_idioms())  # without: not found at all
     assert alone and not any("PO-4923363" in h.text for h in alone)
 
 
@@ -77,16 +73,12 @@ def test_a_city_finds_the_instance_named_by_its_regions_short_code() -> None:
     for n in range(5):
         index.add(f"fleet{n}", game_servers(n, "gs-euc1-a-3246" if n == 3 else
                                             f"gs-{REGIONS[n]}-b-{4100 + n}"))
-    q = "Which server in Frankfurt kept restarting over and over?"
-    index.add("q", q)
-    question = Step(q, "", frozenset({"q"}), asks=True)
-    related = related_of(question, related_words(), 0.35)
+    related, found = ask(index, "Which server in Frankfurt kept restarting over and over?")
     assert related["euc1"] == ("frankfurt", WEIGHT)
-    found = search(index, question, related)
     assert found[0].chunk_id == "fleet3", [(h.chunk_id, round(h.score, 2)) for h in found[:4]]
     # a code's number alone stands for nothing: "1" of euc1 reaches no other fleet
     assert "1" not in index.related_terms(related, {})
-    plain = RelatedWords(related_words().table, idioms={})  # without the regions: a tie
-    alone = search(index, question, related_of(question, plain, 0.35))
+    _, alone = ask(index, "Which server in Frankfurt kept restarting over and over?",
+                   without_idioms())  # without the regions: a tie
     scores = [h.score for h in alone]  # (their lengths differ by a character or two)
     assert len(scores) == 5 and max(scores) < 1.01 * min(scores)
