@@ -156,7 +156,10 @@ class RelevanceIndex(Postings):
         being among them."""
         cos: dict[str, float] = {}
         for word, (_, c) in related.items():
-            for t in terms(word):  # a region's number alone stands for nothing
+            # a code stands whole ("eu-west-2", not "west" and "2"); a short one by its
+            # letters too ("euc1" in gs-euc1-a-3246 is "euc"), never by its number
+            ts = terms(word)
+            for t in ts[:1] if "-" in word else ts:
                 if t not in own and not t.isdigit() and c > cos.get(t, 0.0):
                     cos[t] = c
         if len(self._waiting) <= self.eager:

@@ -82,3 +82,14 @@ def test_a_city_finds_the_instance_named_by_its_regions_short_code() -> None:
                    without_idioms())  # without the regions: a tie
     scores = [h.score for h in alone]  # (their lengths differ by a character or two)
     assert len(scores) == 5 and max(scores) < 1.01 * min(scores)
+
+
+def test_a_code_counts_whole_not_by_its_words() -> None:
+    """"London" reaches `eu-west-2`, not every passage that says "west"."""
+    index = RelevanceIndex()
+    index.add("dc", "primary bucket in eu-west-2, replica in us-east-1")
+    index.add("road", "the west entrance of the depot is closed; use the east gate")
+    related, found = ask(index, "Where is the London bucket?")
+    assert "eu-west-2" in index.related_terms(related, {})
+    assert not {"west", "eu", "east", "us"} & set(index.related_terms(related, {}))
+    assert [h.chunk_id for h in found] == ["dc"]
