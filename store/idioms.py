@@ -62,8 +62,8 @@ def _parse(text: str) -> dict[str, tuple[str, ...]]:
 
 @lru_cache(maxsize=1)
 def idioms() -> dict[str, tuple[str, ...]]:
-    """question word -> the words a tool or a document uses for it (a place: its cloud
-    regions' codes, store/regions.py)."""
+    """question word -> the words a tool or a document uses for it (a place or a country:
+    its cloud regions', ISO and currency codes, store/regions.py)."""
     out = _parse(_IDIOMS)
     for place, codes in regions().items():
         out[place] = tuple(dict.fromkeys((*out.get(place, ()), *codes)))
