@@ -39,6 +39,7 @@ unlabeled unlabelled: untagged
 ceiling ceilings: cap caps capped limit limits maximum max exceed
 deal deals: agreement contract
 extend extends extended extension extensions: renew renews renewal renewed
+advance beforehand ahead: prior notice
 people persons: participants respondents adults subjects
 slow slower slowest sluggish laggy: latency took duration elapsed timeout p95 p99
 memory ram: mem heap rss oom

@@ -99,3 +99,27 @@ async def test_back_to_back_with_no_embedder_the_red_check_is_recalled_by_its_id
     log = await (await client.get("/admin/evictions", params={"session": "red"})).json()
     reasons = [e["reason"] for e in log["events"] if e["action"] == "recall"]
     assert any("fail (~red)" in r for r in reasons), reasons
+
+
+CLAUSES = {
+    "term": "14.1 This Agreement renews automatically for successive one (1) year terms.",
+    "fees": "7.2 Fees are invoiced monthly in advance and payable within thirty (30) days.",
+    "exit": "15.3 Customer may terminate this Agreement for convenience upon ninety (90) "
+            "days' prior written notice to Supplier.",
+    "law": "19.1 This Agreement is governed by the laws of the State of Delaware.",
+    "cap": "11.2 Either party's aggregate liability is capped at the fees paid in the "
+           "twelve (12) months before the claim.",
+}
+
+
+def test_how_far_ahead_we_must_tell_them_finds_the_notice_clause() -> None:
+    """"In advance" is what a contract calls prior notice."""
+    index = RelevanceIndex()
+    for name, text in CLAUSES.items():
+        index.add(name, text)
+    q = "How long in advance do we have to tell them if we want out?"
+    related, found = ask(index, q)
+    assert related["notice"] == ("advance", WEIGHT) and related["prior"] == ("advance", WEIGHT)
+    assert found[0].chunk_id == "exit", [(h.chunk_id, round(h.score, 2)) for h in found]
+    _, alone = ask(index, q, without_idioms())  # "advance" alone finds the invoices
+    assert not alone or alone[0].chunk_id != "exit"
