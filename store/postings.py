@@ -7,13 +7,18 @@ waits, and each query first indexes the waiting passages that can hold one of it
 terms (a term is a lower-cased substring of the word it came from: a word, an
 identifier or one of its pieces, a stem's prefix; an -ies/-ied stem's "y" is left off),
 found with one `str.find` per term over the waiting text, plus those whose chunk's
-annotation holds it. BM25's length norm counts a passage's characters, not its terms,
-so it is known without indexing: for the terms a query settles, scores and document
-frequencies are the same as if everything had been indexed up front (those it does not
-settle, a reply's words and a question's related words, count among what is indexed).
+annotation or table header holds it. BM25's length norm counts a passage's characters,
+not its terms, so it is known without indexing: for the terms a query settles, scores and
+document frequencies are the same as if everything had been indexed up front (those it
+does not settle, a reply's words and a question's related words, count among what is
+indexed).
 `index_some` indexes the rest off the request path; a later request whose query has
 terms it will not settle first indexes whatever is still left (`catch_up`), so no
 request's scores depend on how far that got.
+
+A table's header says what its columns hold, and a row passages further down holds only
+values ("ap-southeast-2 | ranked | 283.4 s"): each passage after a table's first counts
+the header's terms once (`add`; store/terms.py `table_header`), its text unchanged.
 Terms and passages: store/terms.py.
 """
 
@@ -25,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import islice
 
-from store.terms import PASSAGE_CHARS, Blob, passages, terms
+from store.terms import PASSAGE_CHARS, Blob, passages, table_header, terms
 
 EAGER = 64  # waiting passages indexed at once: a turn's new ones, not a cold history's
 
@@ -58,6 +63,10 @@ class Postings:
         self._post: dict[str, dict[int, int]] = {}  # term -> {passage: tf}
         self._total_len = 0
         self._annotated: dict[str, frozenset[str]] = {}  # chunk id -> its call's terms
+        # chunk id -> the table header its first passage opens with, which its later
+        # passages count (`add`), and the header's terms
+        self._heads: dict[str, frozenset[str]] = {}
+        self._head_lines: dict[str, str] = {}
         self._waiting: dict[int, None] = {}  # passages not in the postings yet, in order
         self._blob: Blob | None = None  # their text, lowered, to find terms in
         self._mark = 0  # passages below it came with earlier requests (`catch_up`)
@@ -99,6 +108,11 @@ class Postings:
             self._len.append(len(piece))
             self._total_len += len(piece)
         self._chunks[chunk_id] = range(first, len(self._owner))
+        if len(self._owner) - first > 1:
+            head = table_header(self._text[first])
+            if head:
+                self._heads[chunk_id] = frozenset(terms(head))
+                self._head_lines[chunk_id] = head
         self._ids.append(chunk_id)
         self._blob = None
         return True
@@ -164,8 +178,12 @@ class Postings:
         del self._waiting[n]
         self._blob = None
         tf = Counter(terms(self._text[n]))
-        for t in self._annotated.get(self._owner[n], ()):
+        owner = self._owner[n]
+        for t in self._annotated.get(owner, ()):
             tf[t] += 1
+        if self._piece[n]:
+            for t in self._heads.get(owner, ()):
+                tf[t] += 1
         extra = self._extra.pop(n, None)
         if extra:
             tf.update(extra)
@@ -194,6 +212,9 @@ class Postings:
         for cid, extra in self._annotated.items():
             if not want.isdisjoint(extra):
                 hit.update(n for n in self._chunks[cid] if n in self._waiting)
+        for cid, extra in self._heads.items():
+            if not want.isdisjoint(extra):
+                hit.update(n for n in self._chunks[cid][1:] if n in self._waiting)
         hit.update(n for n, extra in self._extra.items() if not want.isdisjoint(extra))
         for n in sorted(hit):
             if n in self._waiting:
@@ -232,6 +253,10 @@ class Postings:
         """The passage after `piece` in its chunk ("" after the last)."""
         nums = self._chunks.get(chunk_id)
         return self._text[nums[piece + 1]] if nums is not None and piece + 1 < len(nums) else ""
+
+    def header(self, chunk_id: str) -> str:
+        """The header line of the table the chunk opens with, if it spans passages."""
+        return self._head_lines.get(chunk_id, "")
 
     def preceding(self, chunk_id: str, piece: int) -> str:
         """The passage before `piece` in its chunk ("" before the first)."""

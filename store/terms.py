@@ -218,3 +218,32 @@ class Blob:
             yield nums[k]
             nxt = starts[k + 1] if k + 1 < len(starts) else len(blob)
             i = blob.find(probe, nxt)
+
+
+_GAP = re.compile(r"\S(?: {2,}|\t)\S")  # columns aligned with spaces
+_NAME = re.compile(r"[A-Za-z]{2,}")
+_RULE = re.compile(r"[\s|:+=-]*")  # a table's rule line (|---|---|, ====, +--+)
+
+
+def table_header(text: str) -> str:
+    """The header line of a table that `text` opens with (one of its first five lines):
+    four columns or more, split by `|`, commas or tabs as the next row (after a rule
+    line) is split, or by runs of spaces; named in words (three at least) with one
+    character in ten a digit at most, so a row of values or a sentence is not taken."""
+    lines = text[:2000].split("\n", 7)[:7]
+    for i, line in enumerate(lines[:5]):
+        n = len(line)
+        if n > 400 or n < 8:
+            continue
+        counts = (line.count("|"), line.count(","), line.count("\t"))
+        aligned = max(counts) < 3
+        if aligned and ("  " not in line.strip() or len(_GAP.findall(line)) < 3):
+            continue
+        if sum(map(line.count, "0123456789")) * 10 > n or len(_NAME.findall(line)) < 3:
+            continue
+        nxt = next((x for x in lines[i + 1:] if not _RULE.fullmatch(x)), "")
+        if (len(_GAP.findall(nxt)) >= 3 if aligned else
+                any(k >= 3 and nxt.count(sep) == k
+                    for sep, k in zip("|,\t", counts, strict=True))):
+            return line
+    return ""

@@ -239,3 +239,74 @@ def test_a_questions_adjacent_words_count_as_a_phrase() -> None:
     # the pair must be adjacent, a space apart: a comma or another word between is not it
     assert idx.phrases("Is Ramaswamy Mateo free? Mateo, Ramaswamy?") == {}
     assert idx.phrases("Sanne Ramaswamy") == {"sanne ramaswamy": (idx._idf_of(1), {0: 1})}
+
+
+def _waits(region: str, rows: int = 60) -> str:
+    """A matchmaking report: header, rule, then a row per region and queue, casual first;
+    the row that matters (`region`'s ranked queue) comes last, passages after the
+    header."""
+    head = ("Matchmaking (6h window)\n\n| region | queue | searches | wait_p50 | wait_p95 "
+            "| timeouts |\n|---|---|---|---|---|---|\n")
+    body = "".join(f"| zz-area-{i} | {q} | {1000 + i * 7} | {20 + i % 9}.{i % 10} s | "
+                   f"{90 + i}.{i % 10} s | 0.{i % 7}{i % 3} |\n"
+                   for q in ("casual", "ranked") for i in range(rows))
+    return head + body + f"| {region} | ranked | 4,596 | 48.7 s | 283.4 s | 0.41 |\n"
+
+
+def _ticks(region: str, rows: int = 60) -> str:
+    """Another table of the same regions and queues, about something else."""
+    head = ("| region | queue | servers | tick_rate | cpu | packet_loss |\n"
+            "|---|---|---|---|---|---|\n")
+    body = "".join(f"| zz-area-{i} | {q} | {40 + i} | 64 Hz | {30 + i % 50} % | 0.{i % 9} % |\n"
+                   for i in range(rows) for q in ("casual", "ranked"))
+    return head + body + f"| {region} | ranked | 118 | 64 Hz | 71 % | 0.2 % |\n"
+
+
+def test_a_tables_later_passages_count_its_header() -> None:
+    """"How long did ranked players wait in ap-southeast-2?": the row that answers sits
+    passages after the header that says the column is a wait; another table holds the
+    same region and queue. Each later passage of a table counts its header's terms once
+    (its text is unchanged), so the wait table's row comes first, indexed up front or
+    lazily alike."""
+    waits, ticks = _waits("ap-southeast-2"), _ticks("ap-southeast-2")
+    assert len(passages(waits)) > 2 and "wait" not in passages(waits)[-1]
+    ask = "How long were ranked players in ap-southeast-2 waiting, at p95?"
+    for eager in (10**9, 8):
+        idx = RelevanceIndex(eager=eager)
+        idx.add_many([("c0", ticks), *((f"n{i}", t) for i, t in enumerate(NOISE)),
+                      ("c1", waits)])
+        top = idx.search(ask)[0]
+        assert (top.chunk_id, "283.4 s" in top.text) == ("c1", True)
+        assert idx.text("c1") == waits
+    plain = RelevanceIndex()
+    plain.add_many([("c0", ticks), ("c1", waits)])
+    assert plain._heads == {"c0": frozenset(terms(ticks.split("\n")[0])),
+                            "c1": frozenset(terms(waits.split("\n")[2]))}
+
+
+@pytest.mark.parametrize(("text", "header"), [
+    ("| sku | units | return_rate | reason |\n|---|---|---|---|\n| A-1 | 3 | 0.1 | size |",
+     "| sku | units | return_rate | reason |"),
+    ("Report\nts,txn_id,account,amount,status\n2024-05-01,t1,a9,12.50,ok\n",
+     "ts,txn_id,account,amount,status"),
+    ("NAME        READY   STATUS    RESTARTS   AGE\napi-7f9c    1/1     Running   0   "
+     "       3d\n", "NAME        READY   STATUS    RESTARTS   AGE"),
+    ("Well\tSample\tTarget\tBaseline\nA1\tS-01\tGAPDH\t3\n", "Well\tSample\tTarget\tBaseline"),
+])
+def test_a_table_header_is_found_where_a_table_opens(text: str, header: str) -> None:
+    from store.terms import table_header
+
+    assert table_header(text) == header
+
+
+@pytest.mark.parametrize("text", [
+    "You are a careful agent, precise with numbers, brief in replies, and polite.\nBe kind.",
+    "| A-1 | 3 | 0.1 | 4 |\n| A-2 | 5 | 0.2 | 6 |",  # values, no names
+    "2024-05-01 10:00:01 INFO worker-3 started, queue=7, batch=12, lag=0\n" * 3,
+    '{\n  "rules": [\n    {"rule_id": "pr_1", "name": "x"}\n  ]\n}',
+    "| region | queue | waits | p95 |\nno table follows, just prose here.",
+])
+def test_no_table_header_where_no_table_opens(text: str) -> None:
+    from store.terms import table_header
+
+    assert table_header(text) == ""
