@@ -134,7 +134,8 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
            question_similarity: float | None = None,
            stated: frozenset[tuple[str, int]] = frozenset(),
            following: Callable[[str, int], str] | None = None,
-           preceding: Callable[[str, int], str] | None = None) -> list[Recalled]:
+           preceding: Callable[[str, int], str] | None = None,
+           header: Callable[[str], str] | None = None) -> list[Recalled]:
     """The passages to recall: evicted, clear matches, best first within budget and top_k.
     A clear match is lexical (strength >= min_relevance, within min_relative of the best
     word match; a rare identifier has strength 1) or, where the vectors are ready, a
@@ -148,7 +149,8 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     next passage's text, whose first lines a passage matched in its last lines takes
     along (`continued`); `preceding(chunk id, piece)`: the passage before, whose lines
     that open a record a passage matched in its first lines takes, room left
-    (`preceded`)."""
+    (`preceded`); `header(chunk id)`: the header of the table a chunk opens with, which a
+    later passage of it shows first, room left (`_headed`)."""
     if budget <= 0 or not (hits or vectors):
         return []
     # "within min_relative of the best" among the candidates: an in-context message that
@@ -247,7 +249,9 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
         if len(out) >= top_k:
             break
     out = _unrepeated(out, extended, count)
-    return out if preceding is None else _begun(out, preceding, qterms, count, budget)
+    if preceding is not None:
+        out = _begun(out, preceding, qterms, count, budget)
+    return out if header is None else _headed(out, header, qterms, count, budget)
 
 
 def _together(text: str, qterms: set[str]) -> int:
@@ -287,6 +291,36 @@ def _begun(out: list[Recalled], preceding: Callable[[str, int], str], qterms: se
         text = preceded(r.hit.text, preceding(r.hit.chunk_id, r.hit.piece), qterms)
         tokens = count(text) + HEADER
         if text != r.hit.text and used - r.tokens + tokens <= budget:
+            used += tokens - r.tokens
+            out[i] = replace(r, hit=replace(r.hit, text=text), tokens=tokens)
+    return out
+
+
+def _headed(out: list[Recalled], header: Callable[[str], str], qterms: set[str],
+            count: Any, budget: int) -> list[Recalled]:
+    """The first chosen passage of a table, when it is not the table's first, shows the
+    table's header line first, then "…" for the rows left out: a row of values
+    ("| ap-southeast-2 | ranked | 4,596 | 48.7 s | 283.4 s |") says which number is the
+    p95 wait only under its header. Where the budget has no room for it, the passage
+    keeps fewer of its lines, those that match first (`focus`)."""
+    first: dict[str, int] = {}  # chunk id -> its first passage chosen (shown first)
+    for r in out:
+        first[r.hit.chunk_id] = min(r.hit.piece, first.get(r.hit.chunk_id, r.hit.piece))
+    used = sum(r.tokens for r in out)
+    for i, r in enumerate(out):
+        if r.hit.piece == 0 or first[r.hit.chunk_id] != r.hit.piece:
+            continue
+        head = header(r.hit.chunk_id)
+        if not head or r.hit.text.startswith(head):
+            continue
+        top = f"{head}\n…\n"
+        room = budget - (used - r.tokens) - HEADER
+        body = r.hit.text
+        if count(top + body) > room:
+            body = focus(body, qterms, room - count(top), count)
+        if body:
+            text = top + body
+            tokens = count(text) + HEADER
             used += tokens - r.tokens
             out[i] = replace(r, hit=replace(r.hit, text=text), tokens=tokens)
     return out

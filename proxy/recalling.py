@@ -73,6 +73,7 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
                       stated=stated,
                       following=state.index.following if rel.step.asks else None,
                       preceding=state.index.preceding if rel.step.asks else None,
+                      header=state.index.header,
                       question_similarity=(settings.question_min_similarity
                                            if rel.step.asks else None))
 

@@ -982,3 +982,30 @@ async def test_several_passages_of_one_chunk_recalled_on_one_turn_are_logged_who
     assert rows[0]["tokens"] == sum(count(text) + HEADER for text in ledger)
     assert re.search(rf"\(\+{len(ledger) - 1} more passages? of this chunk\)$",
                      rows[0]["reason"])
+
+
+async def test_a_question_naming_a_column_recalls_a_row_far_below_its_header(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """"How long were ranked players in Sydney's region waiting, at p95?": the row
+    (`ap-southeast-2 | ranked | ... | 283.4 s`) sits passages below the header that says
+    its columns are waits, and a table of tick rates holds the same region and queue.
+    Back to back, no embedder: the wait table's row is recalled, under its header."""
+    from tests.test_relevance import _ticks, _waits
+
+    client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
+    history = agent_session(20, fact_at=0)
+    history[4] = assistant(None, call("call_2", "matchmaking_report", '{"window": "6h"}'))
+    history[5] = tool("call_2", _waits("ap-southeast-2"))
+    history[8] = assistant(None, call("call_4", "server_report", '{"window": "6h"}'))
+    history[9] = tool("call_4", _ticks("ap-southeast-2"))
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+    assert "283.4 s" not in json.dumps(upstream.history[-1].body["messages"])
+    ask = "How long were ranked players in ap-southeast-2 waiting, at p95?"
+    await post(client, [*history, assistant("Handlers are done."), user(ask)])
+    recalled = upstream.history[-1].body["messages"][-1]["content"]
+    assert "| ap-southeast-2 | ranked | 4,596 | 48.7 s | 283.4 s | 0.41 |" in recalled
+    # shown under its header (the rows between left out), not under the tick rates'
+    head = "| region | queue | searches | wait_p50 | wait_p95 | timeouts |\n…\n"
+    assert recalled.count(head) == 1 and "tick_rate" not in recalled
+    assert recalled.index(head) < recalled.index("283.4 s")
