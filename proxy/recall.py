@@ -238,6 +238,10 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
             matched = sorted(dict.fromkeys(t for t in terms(h.text) if t in qterms),
                              key=lambda t: (t.isalpha(), -len(t)))
             on = [f"{t} (~{alias[t]})" if t in alias else t for t in matched[:6]]
+            if header is not None and h.piece:  # words its table's header holds
+                head = [t for t in dict.fromkeys(terms(header(h.chunk_id)))
+                        if t in qterms and t not in matched]
+                on += [f"{t} (in its table's header)" for t in head[:3]]
             if h.note:  # a question about what stands out (store/notable.py)
                 on.append(f"a notable row ({h.note})")
             why = f"lexical match {h.strength:.2f} >= {min_relevance:g} on: " + ", ".join(on)

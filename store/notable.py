@@ -31,7 +31,12 @@ aside, a number as any number, a list or record as empty or not) from the shape 
 the column share, one or two rows and a fifth of them at most: the FAIL among PASSes,
 the instance whose `"Tags"` is `[]`, the line that reads `ALARM door open` where the
 others read `RH=88%`. A question asks for one in words such as "problem", "failed",
-"missing", "no ... label".
+"missing", "no ... label", "a different build", "instead of finishing"; a superlative
+("the slowest", "the longest") asks for the highest and the lowest alike, the column
+telling which (store/extremes.py finds a named column's top and bottom rows, outliers
+or not).
+Aligned tables whose empty cells break the runs of two spaces are read by where their
+columns are (store/fixedwidth.py).
 At most `MAX_ROWS` rows of an output are notable: a table full of oddities has none.
 """
 
@@ -39,13 +44,14 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
+from store.fixedwidth import fixed_tables
 from store.terms import WORD
 
 #: the words a question about each kind of row uses ("below zero", "the biggest amount");
@@ -60,7 +66,7 @@ WORDS = {
     "jump": "jump jumped jumps jumping spike spiked surge surged suddenly",
     "odd": "problem problems fail failed failing failure flagged alarm alarms anomaly "
            "anomalous abnormal unusual odd missing without empty blank untagged unlabeled "
-           "unlabelled broken no",
+           "unlabelled broken no different differs differed unlike instead except",
 }
 TAGS = {kind: f"~{kind}" for kind in WORDS}
 _ASKS: dict[str, frozenset[str]] = {}  # a question's word -> the tags it names
@@ -78,10 +84,26 @@ def asked(question: str) -> set[str]:
     """The tags `question`'s words name."""
     out: set[str] = {TAGS["lowest"]} if _UNDER.search(question) else set()
     for w in WORD.findall(question):
-        tags = _ASKS.get(w.lower())
+        low = w.lower()
+        tags = _ASKS.get(low)
         if tags:
             out |= tags
+        elif superlative(low):
+            out |= _EXTREMES  # "the longest", "the oldest": which end, the column says
     return out
+
+
+def superlative(word: str) -> bool:
+    """A lower-cased word that is a superlative ("longest", "slowest"), not another "-est"
+    ("request", "interest")."""
+    return word.endswith("est") and len(word) >= 6 and word not in _NOT_SUPERLATIVE
+
+
+_EXTREMES = frozenset({TAGS["highest"], TAGS["lowest"]})
+_NOT_SUPERLATIVE = frozenset(
+    "request requests interest interests suggest suggests latest contest forest honest "
+    "modest harvest manifest protest digest invest arrest priest guest quest midwest "
+    "southwest northwest earnest conquest inquest bequest".split())
 
 
 MIN_ROWS, MIN_VALUES, MAX_ROWS = 6, 5, 6
@@ -113,6 +135,19 @@ def number(cell: Any) -> float | None:
         return float(cell)
     if not isinstance(cell, str):
         return None
+    v = _VALUES.get(cell, _UNREAD)  # a cell is read for its shape, its kind and its end
+    if v is _UNREAD:
+        if len(_VALUES) >= 50_000:
+            _VALUES.clear()
+        v = _VALUES[cell] = _number(cell)
+    return v
+
+
+_UNREAD = float("nan")
+_VALUES: dict[str, float | None] = {}
+
+
+def _number(cell: str) -> float | None:
     m = _NUMBER.match(cell)
     if m is None:
         return None
@@ -125,10 +160,11 @@ def number(cell: Any) -> float | None:
     return -value if m.group(1) in ("-", "−") else value
 
 
-def notable(text: str) -> list[Notable]:
-    """The notable rows of `text`'s tables (see the module), at most MAX_ROWS."""
+def notable(text: str, found: list[Table] | None = None) -> list[Notable]:
+    """The notable rows of `text`'s tables (see the module), at most MAX_ROWS; `found`:
+    its tables, already parsed (`tables`)."""
     out: dict[Notable, None] = {}  # once (columns without a header have one name)
-    for header, rows in _tables(text):
+    for header, rows in tables(text) if found is None else found:
         out.update(dict.fromkeys(_in_table(header, rows)))
     return list(out) if len(out) <= MAX_ROWS else []
 
@@ -139,16 +175,25 @@ def _in_table(header: Sequence[str] | None, rows: list[Row]) -> Iterator[Notable
         name = str(header[j]) if header is not None and j < len(header) else ""
         for i in _odd_shapes([cells[j] if j < len(cells) else None for _, cells in rows]):
             yield Notable("odd", name, rows[i][0])
-    for j in range(width):
-        if all(number(cells[j]) is None for _, cells in rows[:MIN_VALUES] if j < len(cells)):
-            continue  # a column of text (most are): 70 % numbers would show in its first five
-        vals = [(i, v) for i, (_, cells) in enumerate(rows) if j < len(cells)
-                for v in (number(cells[j]),) if v is not None]
-        if len(vals) < MIN_VALUES or len(vals) < 0.7 * len(rows):
-            continue
-        name = str(header[j]) if header is not None and j < len(header) else ""
+    for name, vals in numeric_columns(header, rows):
         for kind, i in _odd(vals):
             yield Notable(kind, name, rows[i][0])
+
+
+def numeric_columns(header: Sequence[str] | None, rows: list[Row],
+                    value: Callable[[Any], float | None] = number,
+                    ) -> Iterator[tuple[str, list[tuple[int, float]]]]:
+    """(its header, [(row, value)]) of each column whose cells are `value`s (five at
+    least, and 70 % of its rows)."""
+    width = max(len(cells) for _, cells in rows)
+    for j in range(width):
+        if all(value(cells[j]) is None for _, cells in rows[:MIN_VALUES] if j < len(cells)):
+            continue  # a column of text (most are): 70 % numbers would show in its first five
+        vals = [(i, v) for i, (_, cells) in enumerate(rows) if j < len(cells)
+                for v in (value(cells[j]),) if v is not None]
+        if len(vals) < MIN_VALUES or len(vals) < 0.7 * len(rows):
+            continue
+        yield (str(header[j]) if header is not None and j < len(header) else ""), vals
 
 
 def _odd(vals: list[tuple[int, float]]) -> Iterator[tuple[str, int]]:
@@ -224,7 +269,8 @@ def _odd_shapes(cells: list[Any]) -> list[int]:
     return odd
 
 
-def _tables(text: str) -> list[Table]:
+def tables(text: str) -> list[Table]:
+    """The tables of `text`: a JSON list of records, or runs of lines split alike."""
     head = text.lstrip()[:1]
     if head in ("[", "{"):
         try:
@@ -250,6 +296,10 @@ def _tables(text: str) -> list[Table]:
         found = list(_blocks(lines, sep))
         if sum(len(r) for _, r in found) > sum(len(r) for _, r in best):
             best = found
+    if "   " in text:  # aligned columns read by position, where empty cells broke the runs
+        aligned: list[Table] = list(fixed_tables(lines))
+        if aligned and sum(len(r) for _, r in aligned) > sum(len(r) for _, r in best):
+            best = aligned
     return best
 
 
@@ -321,10 +371,18 @@ def _split(lines: list[str], sep: str) -> Iterator[list[str]]:
             yield _SPACES.split(line.strip())
 
 
-def placed(found: list[Notable], pieces: Sequence[str]) -> dict[int, list[Notable]]:
-    """Piece number -> its notable rows: each goes to the first piece holding all its
-    probes (a row without probes goes nowhere)."""
-    out: dict[int, list[Notable]] = {}
+class Probed(Protocol):
+    @property
+    def probes(self) -> tuple[str, ...]: ...
+
+
+P = TypeVar("P", bound=Probed)
+
+
+def placed(found: list[P], pieces: Sequence[str]) -> dict[int, list[P]]:
+    """Piece number -> its notable rows (or a column's ends: store/extremes.py): each goes
+    to the first piece holding all its probes (a row without probes goes nowhere)."""
+    out: dict[int, list[P]] = {}
     for row in found:
         k = next((k for k, p in enumerate(pieces) if all(q in p for q in row.probes)), None)
         if k is not None and row.probes:

@@ -29,7 +29,8 @@ import re
 from collections.abc import Iterable
 from itertools import pairwise
 
-from store.notable import asked, notable, placed, row_terms, said
+from store.extremes import asked_columns, column_terms, ends, extremes
+from store.notable import asked, notable, placed, row_terms, said, tables
 from store.postings import EAGER, Hit, Postings
 from store.terms import PASSAGE_CHARS, WORD, identifiers, terms
 
@@ -49,8 +50,10 @@ class RelevanceIndex(Postings):
     def __init__(self, passage_chars: int = PASSAGE_CHARS, eager: int = EAGER) -> None:
         super().__init__(passage_chars, eager)
         self._examined = 0  # chunks examined for notable rows, in the order added
-        # passage -> the tags of its notable rows, and the rows said
-        self._notes: dict[int, tuple[frozenset[str], str]] = {}
+        # passage -> its notable rows and column ends, said, by their tags
+        self._notes: dict[int, list[tuple[str, str]]] = {}
+        # the tags of the columns' ends found (store/extremes.py) -> the column's terms
+        self._columns: dict[str, frozenset[str]] = {}
 
     @property
     def unexamined(self) -> int:
@@ -65,11 +68,22 @@ class RelevanceIndex(Postings):
         for cid in ids[self._examined:stop]:
             nums = self._chunks[cid]
             pieces = [self._text[n] for n in nums]
-            found = notable("".join(pieces))
+            text = "".join(pieces)
+            tabs = tables(text)
+            if not tabs:
+                continue
+            found = notable(text, tabs)
             for k, rows in placed(found, pieces).items() if found else ():
                 extra = row_terms(rows)
                 self.add_terms(nums[k], extra)
-                self._notes[nums[k]] = (frozenset(extra), said(rows))
+                self._notes.setdefault(nums[k], []).extend(
+                    zip(extra, (said([r]) for r in rows), strict=True))
+            for k, top in placed(extremes(tabs), pieces).items():  # a column's ends
+                self.add_terms(nums[k], [e.tag for e in top])
+                for e in top:
+                    self._columns[e.tag] = column_terms(e.column)
+                self._notes.setdefault(nums[k], []).extend(
+                    (e.tag, f"{e.tag[1:4]} {e.column}") for e in top)
         self._examined = stop
         return len(ids) - stop
 
@@ -78,11 +92,15 @@ class RelevanceIndex(Postings):
         highest values'), weighted NOTABLE_WEIGHT x idf; the chunks the background has not
         examined yet are examined first."""
         tags = asked(question)
-        if not tags:
+        if not (tags or ends(question)):
             return {}
         self.examine()
-        self._settle(tags)
-        return {t: NOTABLE_WEIGHT * self._idf(t) for t in tags if t in self._post}
+        columns = asked_columns(question, self._columns)
+        self._settle([*tags, *columns])
+        out = {t: NOTABLE_WEIGHT * self._idf(t) for t in tags if t in self._post}
+        out.update((t, NOTABLE_WEIGHT * share * self._idf(t)) for t, share in columns.items()
+                   if t in self._post)
+        return out
 
     def phrases(self, text: str) -> dict[str, tuple[float, dict[int, int]]]:
         """The pairs of adjacent words of `text` (a space apart: "Mateo Ramaswamy", "Hotel
@@ -194,8 +212,8 @@ class RelevanceIndex(Postings):
         tags = {t for t in q if t[:1] == "~"}  # a question's (notable_terms)
         notes = self._notes if tags else {}
         hits = [Hit(owner[n], self._piece[n], self._text[n], s, min(1.0, s / ideal),
-                    note[1] if (note := notes.get(n)) and not tags.isdisjoint(note[0])
-                    else "")
+                    ", ".join(said for t, said in note if t in tags)
+                    if (note := notes.get(n)) else "")
                 for n, s in acc.items() if owner[n] not in exclude]
         hits.sort(key=lambda h: (-h.score, h.chunk_id, h.piece))
         return hits

@@ -170,6 +170,23 @@ def test_a_question_names_tags_only_with_words_that_mean_an_extreme() -> None:
     assert asked("Which tickets are under review? The top one, below.") == set()
 
 
+def test_a_question_names_the_odd_one_by_how_it_differs_and_an_end_by_a_superlative(
+        ) -> None:
+    """"A different build from the rest", "unlike the others", "instead of finishing"
+    ask for the odd one; a superlative asks for an end, which one the column says ("the
+    slowest": the most seconds or the fewest per hour). An "-est" that is no superlative
+    asks for nothing."""
+    odd = {TAGS["odd"]}
+    assert asked("Which robot runs a different nav build from the rest?") == odd
+    assert asked("Which run died partway instead of finishing?") == odd
+    assert asked("Which vendor, unlike the others, had no certificate?") == odd
+    both = {TAGS["highest"], TAGS["lowest"]}
+    assert asked("Which port was the slowest this morning?") == both
+    assert asked("Which fault took the longest to recover from?") == both
+    assert asked("What was the latest request of the contest?") == set()
+    assert asked("Any interest in the harvest?") == set()
+
+
 def test_a_row_goes_to_the_passage_that_holds_it() -> None:
     pieces = passages(AGING, 200)
     (row,) = notable(AGING)

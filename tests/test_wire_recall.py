@@ -1009,3 +1009,29 @@ async def test_a_question_naming_a_column_recalls_a_row_far_below_its_header(
     head = "| region | queue | searches | wait_p50 | wait_p95 | timeouts |\n…\n"
     assert recalled.count(head) == 1 and "tick_rate" not in recalled
     assert recalled.index(head) < recalled.index("283.4 s")
+
+
+async def test_a_question_for_a_columns_top_row_recalls_it(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """"Which pod had by far the most restarts?": the pod's row holds none of the
+    question's words (its column's name is in the header, passages up); it is the
+    RESTARTS column's top row (store/extremes.py). Back to back, no embedder."""
+    from tests.test_extremes import PODS
+
+    client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
+    history = agent_session(20, fact_at=0)
+    pods = PODS + "\n" + "\n".join(
+        f"checkout    worker-{i}-9d2f1c               1/1     Running            {i % 4}"
+        f"              {i + 1}d" for i in range(40))
+    history[4] = assistant(None, call("call_2", "kubectl", '{"args": "get pods -A"}'))
+    history[5] = tool("call_2", pods)
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+    assert "dag-processor-2nwf-chlf2" not in json.dumps(upstream.history[-1].body["messages"])
+    ask = "Which pod had by far the most restarts when we listed them?"
+    await post(client, [*history, assistant("Handlers are done."), user(ask)])
+    recalled = upstream.history[-1].body["messages"][-1]["content"]
+    assert "dag-processor-2nwf-chlf2     0/1     CrashLoopBackOff   568 (4m ago)" in recalled
+    log = (await (await client.get("/admin/evictions", params={"session": "s-1"})).json())
+    (why,) = [e["reason"] for e in log["events"] if e["action"] == "recall"]
+    assert "restart (in its table's header)" in why and "a notable row (max RESTARTS)" in why, why

@@ -1,0 +1,131 @@
+"""A column's extremes: the row a question asks for by "the most", "the longest", "the
+cheapest" and the column it names.
+
+"Which pod had by far the most restarts", "the biggest damage charge", "which query had
+been sitting open the longest": the answer is the top or bottom row of one column of a
+table an agent printed, whether or not it stands out (store/notable.py finds only the
+rows that do). The question names the column in its words ("restarts" for `RESTARTS`,
+"damage charge" for `damage_charge`) and the end of it by a superlative.
+
+So each numeric or dated column of a tool output's table (`numeric_columns`) marks its
+highest and its lowest row, when no other row ties it, with a tag of its own: `~max:`
+or `~min:` and the column's terms (`tag`), counted by the row's passage (store/
+relevance.py `RelevanceIndex.examine`). A question whose words name an end (`ends`) and
+hold a column's terms adds that column's tag, weighted by the share of the column's
+terms it holds (`asked_columns`). "Most" or "top" alone names no row: with a column's
+words it does. A superlative whose end depends on the column ("the slowest", "the
+worst", "the oldest") names both ends. Dates count as their day (`2024-05-20`), so
+"the earliest" and "the latest" find them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+from store.notable import Row, Table, number, numeric_columns, superlative
+from store.terms import WORD, terms
+
+MAX_WORDS = frozenset(
+    "highest largest biggest greatest maximum max peak most top longest heaviest "
+    "costliest priciest busiest latest newest".split())
+MIN_WORDS = frozenset(
+    "lowest smallest least minimum min fewest cheapest shortest bottom lightest "
+    "earliest".split())
+_NOTED = re.compile(r"\s*([-+]?[$€£]?\d[\d,]*(?:\.\d+)?)\s+\(")
+_DAY = re.compile(r"\s*(\d{4})-(\d\d)-(\d\d)(?:[T ](\d\d):(\d\d))?")
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    tag: str  # "~max:<column terms>" or "~min:..."
+    column: str  # its header, as printed
+    probes: tuple[str, ...]  # what the passage holding the row holds
+
+
+def ends(question: str) -> frozenset[str]:
+    """The ends ("max", "min") `question`'s superlatives name."""
+    out: set[str] = set()
+    for w in WORD.findall(question):
+        low = w.lower()
+        if low in MAX_WORDS:
+            out.add("max")
+        elif low in MIN_WORDS:
+            out.add("min")
+        elif superlative(low):
+            out |= {"max", "min"}  # "the slowest": which end, the column says
+    return frozenset(out)
+
+
+def column_terms(name: str) -> frozenset[str]:
+    """The terms a column's header gives a tag: its words (`days_open`: days, open), not
+    the name whole, its units or numbers."""
+    return frozenset(t for t in terms(name) if t.isalnum() and not t.isdigit() and len(t) > 1)
+
+
+def _holds(words: set[str], term: str) -> bool:
+    """A question's words hold a column's term, or one abbreviates the other (`conv` of
+    "conversion", `qty` no: four letters at least)."""
+    return term in words or (len(term) >= 4 and any(
+        w.startswith(term) or (len(w) >= 4 and term.startswith(w)) for w in words))
+
+
+def tag(end: str, cterms: Iterable[str]) -> str:
+    return f"~{end}:" + "_".join(sorted(cterms))
+
+
+def day(cell: Any) -> float | None:
+    """A number (also one a note follows in brackets: `568 (4m ago)`), or a date
+    (`2024-05-20`, `2024-05-20T14:07`) as its day."""
+    v = number(cell)
+    if v is not None or not isinstance(cell, str):
+        return v
+    m = _DAY.match(cell)
+    if m is None:
+        m = _NOTED.match(cell)
+        return None if m is None else number(m.group(1))
+    try:
+        d = date(int(m.group(1)), int(m.group(2)), int(m.group(3))).toordinal()
+    except ValueError:
+        return None
+    return d + (int(m.group(4)) * 60 + int(m.group(5))) / 1440 if m.group(4) else d
+
+
+def extremes(found: list[Table]) -> list[End]:
+    """The top and bottom rows of each named numeric or dated column of `found`."""
+    out: dict[End, None] = {}
+    for header, rows in found:
+        if header is not None:
+            out.update(dict.fromkeys(_in_table(header, rows)))
+    return list(out)
+
+
+def _in_table(header: Any, rows: list[Row]) -> Iterator[End]:
+    for name, vals in numeric_columns(header, rows, day):
+        cterms = column_terms(name)
+        if not cterms or len(vals) < 2:
+            continue
+        order = sorted(vals, key=lambda iv: iv[1])
+        if order[-1][1] > order[-2][1]:
+            yield End(tag("max", cterms), name, rows[order[-1][0]][0])
+        if order[0][1] < order[1][1]:
+            yield End(tag("min", cterms), name, rows[order[0][0]][0])
+
+
+def asked_columns(question: str, columns: dict[str, frozenset[str]]) -> dict[str, float]:
+    """The column tags (of `columns`: tag -> its column's terms) that `question` asks
+    for: an end it names, and the share of the column's terms it holds."""
+    named = ends(question)
+    if not named:
+        return {}
+    words = set(terms(question))
+    out = {}
+    for t, cterms in columns.items():
+        if t[1:4] in named:
+            share = sum(1 for t in cterms if _holds(words, t)) / len(cterms)
+            if share > 0:
+                out[t] = share
+    return out

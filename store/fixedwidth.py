@@ -1,0 +1,85 @@
+"""Tables a command prints in aligned columns, read by where their columns are.
+
+`kubectl get pods`, `df -h`, a report's fixed-width listing: columns padded with spaces,
+some cells empty (`damage_notes` blank for a unit left clean), some holding a single
+space (`568 (4m ago)`, `Metro Roofing & Gutters`). Split at runs of two spaces, such a
+row has fewer cells than its header and the table falls apart (store/notable.py
+`tables` then sees runs of rows with no header). Read by position instead: a header line
+(three names or more, no numbers, `table_header`), the lines under it to the first
+blank one, and the columns are the stretches some line prints in; a blank stretch in
+every line separates them. A header name that covers no stretch of its own (a text
+column whose rows share a space) joins the name before it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+MIN_ROWS = 5  # rows under the header, at least
+# (header, [((the row's line,), its cells)]): store/notable.py's Table with a header
+Aligned = tuple[list[str], list[tuple[tuple[str, ...], list[Any]]]]
+_INK = re.compile(r"\S+")
+_COLUMN = re.compile(rb"\x01+")
+_RULE = re.compile(r"^[\s\-=+|:]+$")
+_CELLS = re.compile(r"\S(?: ?\S)*")  # a header's names: words a single space apart
+
+
+def fixed_tables(lines: list[str]) -> Iterator[Aligned]:
+    """(header, [((the row's line,), cells)]) of each aligned table in `lines`."""
+    i = 0
+    while i < len(lines):
+        names = _header(lines[i])
+        if names is None:
+            i += 1
+            continue
+        j = i + 1
+        body = []
+        while j < len(lines) and lines[j].strip():
+            if not _RULE.match(lines[j]):
+                body.append(lines[j])
+            j += 1
+        table = _read(lines[i], body) if len(body) >= MIN_ROWS else None
+        if table is None:  # a title line over the header: the header may be next
+            i += 1
+            continue
+        yield table
+        i = j
+
+
+def _header(line: str) -> list[str] | None:
+    if "  " not in line.strip() or len(line) > 400:
+        return None
+    names = _CELLS.findall(line)
+    if len(names) < 3 or any(len(n) > 40 or "|" in n or ": " in n or (
+            any(c.isdigit() for c in n) and not any(c.isalpha() for c in n)) for n in names):
+        return None  # a title ("EDC query listing  |  snapshot: ..."), or a row of values
+    return names
+
+
+def _read(head: str, body: list[str]) -> Aligned | None:
+    width = max(len(head), *(len(b) for b in body))
+    ink = bytearray(width)
+    for line in (head, *body):
+        for m in _INK.finditer(line):
+            ink[m.start():m.end()] = b"\x01" * (m.end() - m.start())
+    spans = [(m.start(), m.end()) for m in _COLUMN.finditer(bytes(ink))]
+    cols: list[tuple[int, int, str]] = []  # (start, end, name)
+    for a, b in spans:
+        names = list(_CELLS.finditer(head, a, b))
+        if not names and cols:  # no name of its own: part of the column before
+            s, _, n = cols[-1]
+            cols[-1] = (s, b, n)
+            continue
+        # names that share a stretch (a long value ran under the next name): each from
+        # where its name starts
+        starts = [a] + [m.start() for m in names[1:]]
+        labels = [m.group() for m in names] or [""]
+        for k, name in enumerate(labels):
+            cols.append((starts[k], starts[k + 1] if k + 1 < len(starts) else b, name))
+    if len(cols) < 3 or sum(1 for _, _, n in cols if n) < 3:
+        return None
+    rows: list[tuple[tuple[str, ...], list[Any]]] = [
+        ((line.strip(),), [line[a:b].strip() for a, b, _ in cols]) for line in body]
+    return [n for _, _, n in cols], rows

@@ -1,0 +1,105 @@
+"""A column's ends: "the most restarts", "the biggest damage charge" find the top or bottom
+row of the column the question names; aligned tables with empty cells read by position."""
+
+from __future__ import annotations
+
+import pytest
+
+from store.extremes import asked_columns, column_terms, day, ends, extremes, tag
+from store.fixedwidth import fixed_tables
+from store.notable import tables
+from store.relevance import RelevanceIndex
+
+# `kubectl get pods -A` as printed: a restart count with a note, a long status widening
+# its column, every value under its name
+PODS = "\n".join([
+    "NAMESPACE   NAME                         READY   STATUS             RESTARTS       AGE",
+    *(f"checkout    api-{i}-7c9f5d                 1/1     Running            {i % 3}"
+      f"              {i + 2}d" for i in range(8)),
+    "analytics   dag-processor-2nwf-chlf2     0/1     CrashLoopBackOff   568 (4m ago)   6d",
+    "analytics   scheduler-5d8c-x2kq          1/1     Running            41 (2h ago)    6d",
+])
+# a fixed-width report whose notes are blank for a clean unit: runs of two spaces give
+# its rows fewer cells than its header
+MOVE_OUTS = "\n".join([
+    "unit  former_resident     move_out    deposit_held  damage_charges  damage_notes",
+    " 306  Diego Thompson      2024-05-18     $1,000.00         $433.23  wall holes (x17)",
+    " 408  Tomasz Ibrahim      2024-05-03     $1,000.00           $0.00",
+    " 310  Valentina Duarte    2024-05-08     $1,200.00         $411.59  burn mark counter",
+    " 711  Felix Thompson      2024-05-28     $1,500.00       $3,354.74  LVP replacement",
+    " 312  Thandiwe Jovanovic  2024-05-03     $1,000.00           $0.00",
+    " 404  Ivan Fong           2024-05-29     $1,500.00         $344.03  cracked sink",
+])
+
+
+def test_an_aligned_table_is_read_by_where_its_columns_are() -> None:
+    ((header, rows),) = list(fixed_tables(MOVE_OUTS.splitlines()))
+    assert header == ["unit", "former_resident", "move_out", "deposit_held",
+                      "damage_charges", "damage_notes"]
+    assert rows[1][1] == ["408", "Tomasz Ibrahim", "2024-05-03", "$1,000.00", "$0.00", ""]
+    assert rows[3][1][4] == "$3,354.74" and rows[3][0] == (MOVE_OUTS.splitlines()[4].strip(),)
+    assert [len(r) for _, r in tables(MOVE_OUTS)] == [6]  # with its header, not in pieces
+    ((header, rows),) = list(fixed_tables(PODS.splitlines()))
+    assert header[4] == "RESTARTS" and rows[8][1][3:5] == ["CrashLoopBackOff", "568 (4m ago)"]
+
+
+@pytest.mark.parametrize("text", [
+    "EDC query listing  |  study VRX-201  |  snapshot: 2024-05-20\n" + "a  b  c\n" * 3,
+    "12   40   7\n" + "1   2   3\n" * 6,  # values, no header
+    "name   role   team\nana    dev    web\n\nbo     ops    db\n",  # rows too few
+])
+def test_no_aligned_table_where_no_header_heads_five_rows(text: str) -> None:
+    assert list(fixed_tables(text.splitlines())) == []
+
+
+def test_a_superlative_names_an_end_and_most_or_top_alone_too() -> None:
+    assert ends("Which pod had by far the most restarts?") == {"max"}
+    assert ends("Which campaign got leads the cheapest?") == {"min"}
+    assert ends("Which port was the slowest?") == {"max", "min"}
+    assert ends("What was the latest deploy?") == {"max"}
+    assert ends("What did the request say?") == frozenset()
+
+
+def test_a_date_counts_as_its_day_and_a_noted_count_as_its_number() -> None:
+    assert day("568 (4m ago)") == 568 and day("$1,500.00") == 1500
+    assert day("2024-05-28") == day("2024-05-27") + 1  # type: ignore[operator]
+    assert day("2024-05-28T12:00") == day("2024-05-28") + 0.5  # type: ignore[operator]
+    assert day("Running") is None and day("2024-13-01") is None
+
+
+def test_each_named_column_marks_its_top_and_bottom_row_unless_tied() -> None:
+    got = {(e.tag, e.probes[0].split()[0]) for e in extremes(tables(MOVE_OUTS))}
+    assert (tag("max", {"damag", "charg"}), "711") in got
+    assert (tag("max", {"move"}), "404") in got  # the latest move-out
+    assert not any(t == tag("min", {"damag", "charg"}) for t, _ in got)  # $0.00 twice
+    assert (tag("min", {"deposit", "held"}), "306") not in got  # $1,000.00 three times
+    restarts = {e.tag: e.probes[0] for e in extremes(tables(PODS))}
+    assert "568 (4m ago)" in restarts[tag("max", {"restart"})]
+
+
+def test_a_question_asks_for_the_columns_it_names_by_their_share_of_its_words() -> None:
+    columns = {tag("max", column_terms(c)): column_terms(c) for c in (
+        "damage_charges", "deposit_held", "Cost / conv.", "RESTARTS")}
+    got = asked_columns("What was the single biggest damage charge in May?", columns)
+    assert got == {tag("max", {"damag", "charg"}): 1.0}
+    got = asked_columns("Which campaign burned the most money per conversion?", columns)
+    assert got == {tag("max", {"cost", "conv"}): 0.5}  # "conv" abbreviates conversion
+    assert asked_columns("Which pod restarted?", columns) == {}  # no end named
+    assert asked_columns("the smallest damage", columns) == {}  # no such end marked
+
+
+def test_a_question_naming_a_column_and_an_end_finds_that_row() -> None:
+    """"By far the most restarts": no word of the question but "restarts" is in the pod's
+    row, which the header holds, not the row; the column's top row counts its tag, so
+    its passage comes first, and a question naming no end scores as before."""
+    idx = RelevanceIndex()
+    idx.add("pods", PODS)
+    idx.add("notes", "Restarts of the checkout pods are expected during the rollout.")
+    ask = "Which pod had by far the most restarts?"
+    plain = idx.search(idx.query_terms(ask))
+    tags = idx.notable_terms(ask)
+    assert tags == {tag("max", {"restart"}): pytest.approx(idx._idf(tag("max", {"restart"})))}
+    top = idx.search({**idx.query_terms(ask), **tags})[0]
+    assert "dag-processor-2nwf-chlf2" in top.text and top.note == "max RESTARTS"
+    assert "dag-processor" not in plain[0].text
+    assert idx.notable_terms("Which pod restarted?") == {}
