@@ -42,6 +42,7 @@ EXAMINE_SLICE = 2  # chunks examined for notable rows per slice (~0.2 ms each, 3
 EXAMINE_REST_S = 0.02  # ... once no request has been prepared for this long
 CAUGHT_UP = 16  # passages still to embed, at most, for a question's wait to pay off
 CLEAR_CHUNKS = 2  # evicted chunks matched strongly, at most, for a match to be clear
+READ_FROM = 0.8  # of a summary's similarity, to the outputs it summed up
 
 
 @dataclass(slots=True)
@@ -108,7 +109,8 @@ class Relater:
                 meta[p.chunk.id] = ChunkMeta(p.chunk.turn, p.role, p.chunk.klass.value)
         index.mark()
         hits = search(index, step, related)
-        rel = Relevance(step, hits, index.chunk_scores(hits), related=related)
+        rel = Relevance(step, hits, _read_from(conv, index.chunk_scores(hits)),
+                        related=related)
         if index.waiting or index.unexamined:
             self._drain_later(index)
         if self.embedder is None or vectors is None:
@@ -192,6 +194,24 @@ class Relater:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def _read_from(conv: Conversation, similarity: dict[str, float]) -> dict[str, float]:
+    """What the agent said of outputs it had just read bears on those outputs as much
+    (`READ_FROM` of it): "one crashed partway through" is about the listing whose row
+    reads `crashed`. For RWOE's similarity, not recall: a passage is recalled by its
+    own words."""
+    parts = conv.parts
+    for i in range(1, len(parts)):
+        p = parts[i]
+        s = similarity.get(p.chunk.id)
+        if s and p.role == "assistant" and p.group is None and parts[i - 1].role == "tool":
+            j = i - 1
+            while j >= 0 and parts[j].role == "tool":
+                cid = parts[j].chunk.id
+                similarity[cid] = max(similarity.get(cid, 0.0), READ_FROM * s)
+                j -= 1
+    return similarity
 
 
 def _clear(hits: list[Hit], evicted: frozenset[str] | set[str], floor: float) -> bool:

@@ -273,6 +273,32 @@ async def test_a_cold_history_keeps_the_evidence_for_its_last_question(
     assert ANSWER in json.dumps(upstream.history[-1].body["messages"])
 
 
+def sweep() -> str:
+    """A sweep's runs, one of which crashed: its row says `crashed`, nothing more."""
+    rows = [f"osv3-lr{k}e5-bs{b}-{k}{b}x   {'running' if k == 4 and b == 64 else 'finished'}"
+            f"   06-09 {10 + k}:{b % 60:02d}   {k * 3}h{b % 60:02d}m   {k}e-5   {b}"
+            f"   0.{7400 + k * 13 + b}" for k in range(1, 9) for b in (32, 64, 128)]
+    rows[13] = "osv3-lr5e5-bs64-54ujm   crashed    06-09 20:51   21h33m   5e-5   64   -"
+    return "\n".join(["run   state   started   runtime   lr   batch   val_loss", *rows])
+
+
+async def test_a_cold_history_keeps_the_output_the_agent_summed_up_for_its_question(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """"Which run died partway through?": the question's words are in what the agent
+    said after reading the sweep ("one crashed partway through"), not in the sweep, whose
+    row reads only `crashed`. Sent whole for the first time, the summary's match counts
+    for the output it summed up (RWOE's similarity), and the sweep is kept where it was."""
+    client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
+    history = agent_session(30, fact_at=0)
+    history[5] = tool("call_2", sweep())
+    history.insert(6, assistant("Sweep has 24 runs: 22 finished, 1 still running and one "
+                                "crashed partway through with no val loss logged."))
+    ask = "Going back to the sweep: which run died partway through?"
+    await post(client, [*history, assistant("Handlers are done."), user(ask)], sid="cold")
+    sent = upstream.history[-1].body["messages"]
+    assert {"role": "tool", "tool_call_id": "call_2", "content": sweep()} in sent  # whole
+
+
 def stock_levels() -> str:
     """An inventory export whose one odd row is a negative count (store/notable.py)."""
     sites = ["RNO1", "PHL1", "CMH2", "DFW2"]
