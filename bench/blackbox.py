@@ -1,4 +1,4 @@
-"""Facts kept on workloads written apart: four sets of black-box sessions.
+"""Facts kept on workloads written apart: five sets of black-box sessions.
 
 Each was written by a helper that saw none of ctxwarden's code or benches, with a
 generator of its own (one-offs, not kept; the sessions are kept as data):
@@ -32,6 +32,17 @@ generator of its own (one-offs, not kept; the sessions are kept as data):
   the odd one out of a table among them ("one person's last paycheck was stuck instead
   of going out like everyone else's"), after the notable rows were built: it measures
   them on unseen data, not blind to their existence.
+- *fifth* (`tests/data/blackbox5-sessions.json.gz`, 2026-12-05, written to be studied
+  like the first two): six more domains (ML training runs, Kubernetes on-call,
+  residential property management, clinical-trial data management, ad campaign
+  analytics, warehouse robot fleets), two sessions each; 12 sessions of 89-106 messages
+  (~48-60k tokens, 32-38 tool outputs of ~330 to ~7.5k tokens: aligned listings, CSV,
+  JSON, YAML, logs), 72 facts (48 tool, 12 user, 12 constraint), each asked 42-103
+  messages later; its writer was asked to mix questions that describe a row in other
+  words, ask for the odd one out or the largest or smallest, name a column by a synonym,
+  or place a thing by when it happened ("which pod had by far the most restarts", "the
+  alert that went off a few minutes after the checkout deploy"). Its misses were read
+  (this stop's column ends, aligned tables and summaries came from them).
 Questions name neither the answer nor, where avoidable, its label.
 
 Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every
@@ -68,7 +79,8 @@ _DIR = Path(__file__).resolve().parents[1] / "tests" / "data"
 SETS = {"first": _DIR / "blackbox-sessions.json.gz",
         "second": _DIR / "blackbox2-sessions.json.gz",
         "third": _DIR / "blackbox3-sessions.json.gz",
-        "fourth": _DIR / "blackbox4-sessions.json.gz"}
+        "fourth": _DIR / "blackbox4-sessions.json.gz",
+        "fifth": _DIR / "blackbox5-sessions.json.gz"}
 DATA = SETS["first"]
 PACED = ("rwoe", "mask")
 
