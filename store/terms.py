@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections.abc import Iterator
+from datetime import date
+from functools import lru_cache
 
 PASSAGE_CHARS = 400  # ~100 tokens: a fact with its line of context; sharper vectors too
 WORD = re.compile(r"[A-Za-z0-9]+(?:[_\-./:@][A-Za-z0-9]+)*")
@@ -64,6 +66,42 @@ SHAPES = {
 }
 
 
+# When a thing happened, as a question says it: "on Tuesday night", "at 2pm", "overnight".
+# A date also yields its weekday, a time its hour ("2pm", "3am") and part of the day.
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_DATE = re.compile(r"(\d{4})-(\d\d)-(\d\d)(?:t(\d\d):(\d\d))?")
+_CLOCK = re.compile(r"(\d{1,2}):(\d\d)(?::\d\d(?:[.,]\d+)?)?z?")
+# part of the day -> its hours ("evening" stems to "even")
+DAYPARTS = {"night": (22, 23, 0, 1, 2, 3, 4), "overnight": (22, 23, 0, 1, 2, 3, 4),
+            "morn": tuple(range(5, 12)), "afternoon": tuple(range(12, 17)),
+            "even": tuple(range(17, 22))}
+_HOUR_WORD = re.compile(r"(\d{1,2})([ap]m)")
+
+
+@lru_cache(maxsize=65536)
+def when(low: str) -> tuple[str, ...]:
+    """The weekday of a date (`2024-06-10`: "monday"), the hour and part of the day of a
+    time (`14:07`, `2024-06-10t14:07:33z`: "2pm", "afternoon")."""
+    hour = None
+    m = _DATE.match(low)
+    if m is not None:
+        try:
+            out = [WEEKDAYS[date(int(m[1]), int(m[2]), int(m[3])).weekday()]]
+        except ValueError:
+            return ()
+        if m[4] is not None:
+            hour = int(m[4])
+    else:
+        m = _CLOCK.fullmatch(low)
+        if m is None or int(m[2]) > 59:
+            return ()
+        out, hour = [], int(m[1])
+    if hour is not None and hour < 24:
+        out.append(f"{hour % 12 or 12}{'am' if hour < 12 else 'pm'}")
+        out += [part for part, hours in DAYPARTS.items() if hour in hours]
+    return tuple(out)
+
+
 def _expand(whole: str) -> tuple[str, ...]:
     low = whole.lower()
     if len(whole) > 2 and not low.isalpha():  # an identifier: itself and its pieces
@@ -74,6 +112,8 @@ def _expand(whole: str) -> tuple[str, ...]:
                 out.append(stem(p))
         if ":" in low or "@" in low or low.count(".") >= 3:  # else no shape can match
             out += [kind for kind, rx in SHAPES.items() if rx.match(low)]
+        if ":" in low or "-" in low:
+            out += when(low)
         return tuple(out)
     if low in STOP or len(low) < 2:
         return ()
@@ -168,11 +208,16 @@ _SHAPE_BEFORE = {"port": re.compile(r"(?:localhost|\d{1,3}(?:\.\d{1,3}){3}|\.(?!
                                     + _CODE + r"$)[a-z][a-z0-9-]*)$")}
 
 
+_STAMP = re.compile(r"\d{4}-\d\d-\d\d(?:t\d\d:\d\d)?|(?<![\d:])\d{1,2}:\d\d")
+
+
 class Blob:
     """Texts (by number) joined and lower-cased once, to find which of them can hold a
     term: a term is a lower-cased substring of the word it came from (a word, an
     identifier or one of its pieces, a stem's prefix; an -ies/-ied stem's "y" is left
-    off the probe), so one `str.find` per term over the whole blob finds them all."""
+    off the probe), so one `str.find` per term over the whole blob finds them all. A
+    kind of value (a port, an IP, an email) and a date's weekday or a time's hour and
+    part of the day are no substrings: their words are found by shape."""
 
     def __init__(self, texts: dict[int, str]) -> None:
         self.nums = list(texts)
@@ -211,6 +256,8 @@ class Blob:
                          or blob.endswith("localhost", 0, i))
                         and before.search(blob, max(0, i - 64), i)):
                     yield nums[bisect_right(starts, i) - 1]
+        if t in DAYPARTS or t in WEEKDAYS or _HOUR_WORD.fullmatch(t):
+            yield from self._timed(t)  # a date or a time holds it
         probe = t[:-1] if t.endswith("y") and len(t) > 2 else t
         i = blob.find(probe)
         while i >= 0:
@@ -218,6 +265,12 @@ class Blob:
             yield nums[k]
             nxt = starts[k + 1] if k + 1 < len(starts) else len(blob)
             i = blob.find(probe, nxt)
+
+    def _timed(self, t: str) -> Iterator[int]:
+        """The texts holding a date or a time that yields `t` (`when`)."""
+        for m in _STAMP.finditer(self.text):
+            if t in when(m.group()):
+                yield self.nums[bisect_right(self.starts, m.start()) - 1]
 
 
 _GAP = re.compile(r"\S(?: {2,}|\t)\S")  # columns aligned with spaces

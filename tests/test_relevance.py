@@ -310,3 +310,49 @@ def test_no_table_header_where_no_table_opens(text: str) -> None:
     from store.terms import table_header
 
     assert table_header(text) == ""
+
+
+def test_a_date_yields_its_weekday_and_a_time_its_hour_and_part_of_the_day() -> None:
+    """"Right after the 2pm shift change on Monday", "overnight", "at 3am": a question
+    says when in words a log never prints."""
+    from store.terms import when
+
+    assert when("2024-06-10") == ("monday",)
+    assert when("14:07") == ("2pm", "afternoon")
+    assert when("2024-08-23t03:11:09.068z") == ("friday", "3am", "night", "overnight")
+    assert when("00:30:00") == ("12am", "night", "overnight")
+    assert when("2024-02-30") == () and when("12:75") == () and when("v1-2") == ()
+    assert {"monday", "2pm", "afternoon"} <= set(terms("2024-06-10 14:07 wave released"))
+    assert {"monday", "2pm", "overnight", "morn"} <= set(
+        terms("on Monday at 2pm, overnight, this morning"))
+
+
+WAVES = [f"{d} {h:02d}:{m:02d}  WV-{d[2:4]}{d[5:7]}{d[8:]}-{k}  released  {k % 7 + 1} pickers"
+         for k, (d, h, m) in enumerate(
+             (f"2024-06-{day:02d}", hour, (day * 7 + hour) % 60)
+             for day in range(3, 17) for hour in (6, 10, 14, 18, 22))]
+
+
+@pytest.mark.parametrize("ask", ["Which wave got released right after 2pm on Monday?",
+                                 "What was released overnight on Sunday?",
+                                 "Anything on Tuesday evening?"])
+def test_a_question_finds_what_happened_when_it_says_and_a_cold_history_alike(
+        ask: str) -> None:
+    """Each date and time counts its weekday, hour and part of the day; a history sent
+    whole and indexed lazily finds them as the fully indexed one does (its waiting
+    passages with a date or time that yields them are indexed for the question)."""
+    eager, lazy = RelevanceIndex(eager=10**9), RelevanceIndex(eager=8)
+    for idx in (eager, lazy):
+        idx.add_many((f"w{i}", w) for i, w in enumerate(WAVES))
+        idx.add_many((f"n{i}", t) for i, t in enumerate(NOISE))
+    top = eager.search(ask)[0]
+    assert [(h.chunk_id, round(h.score, 9)) for h in lazy.search(ask)] == [
+        (h.chunk_id, round(h.score, 9)) for h in eager.search(ask)]
+    day, clock = top.text.split()[:2]
+    hour = int(clock[:2])
+    if "Monday" in ask:
+        assert day in ("2024-06-03", "2024-06-10") and hour == 14
+    elif "Sunday" in ask:
+        assert day in ("2024-06-09", "2024-06-16") and hour == 22
+    else:
+        assert day in ("2024-06-04", "2024-06-11") and hour == 18
