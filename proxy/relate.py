@@ -10,7 +10,8 @@ to `recall.question_vector_wait_ms`, and only when the session's passages are em
 words do not clearly match one or two evicted chunks (`_clear`); back to back the
 embedder lags and no question waits. Nothing else blocks on a model. The feeder
 lands each batch's rows in the passages' own session (store/vectors.py): the request path
-looks nothing up in the embedder's cache.
+looks nothing up in the embedder's cache. What the agent said right after reading tool
+outputs counts for those outputs in RWOE's similarity (`_read_from`).
 """
 
 from __future__ import annotations

@@ -89,8 +89,9 @@ class RelevanceIndex(Postings):
 
     def notable_terms(self, question: str) -> dict[str, float]:
         """The tags of notable rows that `question` names ("the biggest amount": the
-        highest values'), weighted NOTABLE_WEIGHT x idf; the chunks the background has not
-        examined yet are examined first."""
+        highest values'), weighted NOTABLE_WEIGHT x idf, and of the columns' ends it names
+        ("the most restarts": store/extremes.py), also by the share of the column's words
+        it holds; the chunks the background has not examined yet are examined first."""
         tags = asked(question)
         if not (tags or ends(question)):
             return {}
