@@ -20,6 +20,7 @@ worst", "the oldest") names both ends. Dates count as their day (`2024-05-20`), 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -46,9 +47,23 @@ class End:
     probes: tuple[str, ...]  # what the passage holding the row holds
 
 
+# what a question's word says of the column it means: "the cheapest" is a cost or a
+# price, "the slowest" a time, "money" a cost or an amount (counted as its own words)
+COLUMN_WORDS = {
+    "cheapest": "cost price", "priciest": "cost price", "costliest": "cost price",
+    "expensive": "cost price", "money": "cost spend amount", "spent": "cost spend",
+    "slowest": "latency duration time took wait", "fastest": "latency duration time took",
+    "longest": "duration time age days", "shortest": "duration time age days",
+    "oldest": "age date created opened", "newest": "date created", "earliest": "date",
+    "busiest": "count requests load", "biggest": "size amount total",
+    "largest": "size amount total", "smallest": "size amount total",
+    "big": "size amount total"}
+_BIG_ONE = re.compile(r"\bthe big ones?\b", re.IGNORECASE)  # "which invoice was the big one"
+
+
 def ends(question: str) -> frozenset[str]:
     """The ends ("max", "min") `question`'s superlatives name."""
-    out: set[str] = set()
+    out: set[str] = {"max"} if _BIG_ONE.search(question) else set()
     for w in WORD.findall(question):
         low = w.lower()
         if low in MAX_WORDS:
@@ -62,8 +77,9 @@ def ends(question: str) -> frozenset[str]:
 
 def column_terms(name: str) -> frozenset[str]:
     """The terms a column's header gives a tag: its words (`days_open`: days, open), not
-    the name whole, its units or numbers."""
-    return frozenset(t for t in terms(name) if t.isalnum() and not t.isdigit() and len(t) > 1)
+    the name whole, its units or numbers; a ratio's slash is "per" (`Cost / conv.`)."""
+    out = {t for t in terms(name) if t.isalnum() and not t.isdigit() and len(t) > 1}
+    return frozenset(out | {"per"} if "/" in name else out)
 
 
 def _holds(words: set[str], term: str) -> bool:
@@ -117,15 +133,22 @@ def _in_table(header: Any, rows: list[Row]) -> Iterator[End]:
 
 def asked_columns(question: str, columns: dict[str, frozenset[str]]) -> dict[str, float]:
     """The column tags (of `columns`: tag -> its column's terms) that `question` asks
-    for: an end it names, and the share of the column's terms it holds."""
+    for: an end it names, and how well its words (with what they say of a column,
+    `COLUMN_WORDS`) match the column's: the terms both hold over the root of the
+    column's count, a cosine but for the question's constant length ("money per
+    conversion" matches `Cost / conv.`, 3 of 3, over `Conversions`, 1 of 1)."""
     named = ends(question)
     if not named:
         return {}
     words = set(terms(question))
+    for w in WORD.findall(question):
+        implied = COLUMN_WORDS.get(w.lower())
+        if implied:
+            words.update(terms(implied))
     out = {}
     for t, cterms in columns.items():
         if t[1:4] in named:
-            share = sum(1 for t in cterms if _holds(words, t)) / len(cterms)
-            if share > 0:
-                out[t] = share
+            held = sum(1 for c in cterms if _holds(words, c))
+            if held:
+                out[t] = held / math.sqrt(len(cterms))
     return out

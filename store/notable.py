@@ -31,7 +31,9 @@ aside, a number as any number, a list or record as empty or not) from the shape 
 the column share, one or two rows and a fifth of them at most: the FAIL among PASSes,
 the instance whose `"Tags"` is `[]`, the line that reads `ALARM door open` where the
 others read `RH=88%`. A question asks for one in words such as "problem", "failed",
-"missing", "no ... label", "a different build", "instead of finishing"; a superlative
+"missing", "no ... label", "a different build", "instead of finishing", "wouldn't
+load", "got rejected" ("didn't add up" a difference left, "overpaid" a negative); a
+superlative
 ("the slowest", "the longest") asks for the highest and the lowest alike, the column
 telling which (store/extremes.py finds a named column's top and bottom rows, outliers
 or not).
@@ -59,14 +61,17 @@ from store.terms import WORD
 #: add the tags they name (`asked`). Words that say little alone ("top", "most",
 #: "under", "below") are left out: "under review" is no question about a low value.
 WORDS = {
-    "negative": "negative zero minus deficit shortfall oversold overdrawn",
+    "negative": "negative zero minus deficit shortfall oversold overdrawn overpaid "
+                "overpayment",
     "nonzero": "nonzero non-zero discrepancy discrepancies mismatch mismatched unbalanced gap",
     "highest": "highest largest biggest greatest maximum peak worst outlier",
     "lowest": "lowest smallest least minimum cheapest fewest worst outlier drop dropped dip",
     "jump": "jump jumped jumps jumping spike spiked surge surged suddenly",
     "odd": "problem problems fail failed failing failure flagged alarm alarms anomaly "
            "anomalous abnormal unusual odd missing without empty blank untagged unlabeled "
-           "unlabelled broken no different differs differed unlike instead except",
+           "unlabelled broken no different differs differed unlike instead except "
+           "rejected denied declined disapproved refused wouldn couldn didn doesn never "
+           "cannot",
 }
 TAGS = {kind: f"~{kind}" for kind in WORDS}
 _ASKS: dict[str, frozenset[str]] = {}  # a question's word -> the tags it names
@@ -75,6 +80,7 @@ for _kind, _words in WORDS.items():
         _ASKS[_w] = _ASKS.get(_w, frozenset()) | {TAGS[_kind]}
 
 
+_ADD_UP = re.compile(r"\b(?:add|adds|added|adding) up\b", re.IGNORECASE)
 # "under a dollar", "below 5 %", "less than one cent": under a quantity, not "under review"
 _UNDER = re.compile(r"\b(?:under|below|less than)\s+(?:(?:a|an|one)\b|[$€£]?\d)",
                     re.IGNORECASE)
@@ -83,6 +89,8 @@ _UNDER = re.compile(r"\b(?:under|below|less than)\s+(?:(?:a|an|one)\b|[$€£]?\
 def asked(question: str) -> set[str]:
     """The tags `question`'s words name."""
     out: set[str] = {TAGS["lowest"]} if _UNDER.search(question) else set()
+    if _ADD_UP.search(question):  # "which kit didn't add up": a difference left over
+        out |= {TAGS["nonzero"], TAGS["negative"]}
     for w in WORD.findall(question):
         low = w.lower()
         tags = _ASKS.get(low)

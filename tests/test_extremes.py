@@ -77,15 +77,28 @@ def test_each_named_column_marks_its_top_and_bottom_row_unless_tied() -> None:
     assert "568 (4m ago)" in restarts[tag("max", {"restart"})]
 
 
-def test_a_question_asks_for_the_columns_it_names_by_their_share_of_its_words() -> None:
-    columns = {tag("max", column_terms(c)): column_terms(c) for c in (
-        "damage_charges", "deposit_held", "Cost / conv.", "RESTARTS")}
+def test_a_question_asks_for_the_columns_it_names_by_the_words_both_hold() -> None:
+    """Weighted by the terms both hold over the root of the column's count: "money per
+    conversion" is `Cost / conv.` (money a cost, the slash "per", `conv` abbreviating
+    conversion: 3 of 3) before `Conversions` (1 of 1); "the cheapest per lead" is `Cost
+    per Lead` before `Leads`; "the big one" asks for the top of an amount."""
+    names = ("damage_charges", "deposit_held", "Cost / conv.", "Conversions", "RESTARTS",
+             "Cost per Lead", "Leads", "amount")
+    columns = {tag(end, column_terms(c)): column_terms(c) for c in names
+               for end in ("max", "min")}
     got = asked_columns("What was the single biggest damage charge in May?", columns)
-    assert got == {tag("max", {"damag", "charg"}): 1.0}
+    assert got == {tag("max", {"damag", "charg"}): pytest.approx(2 ** 0.5),
+                   tag("max", {"amount"}): 1.0}  # the biggest: an amount, a size
     got = asked_columns("Which campaign burned the most money per conversion?", columns)
-    assert got == {tag("max", {"cost", "conv"}): 0.5}  # "conv" abbreviates conversion
+    assert max(got, key=got.__getitem__) == tag("max", {"cost", "per", "conv"})
+    assert got[tag("max", {"cost", "per", "conv"})] == pytest.approx(3 ** 0.5)
+    assert got[tag("max", {"convers"})] == 1.0
+    got = asked_columns("Which campaign got us leads the cheapest?", columns)
+    assert max(got, key=got.__getitem__) == tag("min", {"cost", "per", "lead"})
+    got = asked_columns("In that AP batch, which invoice was the big one?", columns)
+    assert max(got, key=got.__getitem__) == tag("max", {"amount"})
     assert asked_columns("Which pod restarted?", columns) == {}  # no end named
-    assert asked_columns("the smallest damage", columns) == {}  # no such end marked
+    assert asked_columns("a big deal", columns) == {}  # no end: "big" alone is no "biggest"
 
 
 def test_a_question_naming_a_column_and_an_end_finds_that_row() -> None:

@@ -172,10 +172,10 @@ def test_a_question_names_tags_only_with_words_that_mean_an_extreme() -> None:
 
 def test_a_question_names_the_odd_one_by_how_it_differs_and_an_end_by_a_superlative(
         ) -> None:
-    """"A different build from the rest", "unlike the others", "instead of finishing"
-    ask for the odd one; a superlative asks for an end, which one the column says ("the
-    slowest": the most seconds or the fewest per hour). An "-est" that is no superlative
-    asks for nothing."""
+    """"A different build from the rest", "unlike the others", "instead of finishing",
+    "wouldn't load", "got rejected" ask for the odd one; a superlative asks for an end,
+    which one the column says ("the slowest": the most seconds or the fewest per hour).
+    An "-est" that is no superlative asks for nothing."""
     odd = {TAGS["odd"]}
     assert asked("Which robot runs a different nav build from the rest?") == odd
     assert asked("Which run died partway instead of finishing?") == odd
@@ -184,6 +184,12 @@ def test_a_question_names_the_odd_one_by_how_it_differs_and_an_end_by_a_superlat
     assert asked("Which port was the slowest this morning?") == both
     assert asked("Which fault took the longest to recover from?") == both
     assert asked("What was the latest request of the contest?") == set()
+    # what failed, said by what it would not do or was refused
+    assert asked("Which shard had the images that wouldn't load?") == odd
+    assert asked("Which claim never got a volume?") == odd
+    assert asked("Which Meta ad got rejected in that pull?") == odd
+    assert asked("Which unit had overpaid?") == {TAGS["negative"]}
+    assert TAGS["nonzero"] in asked("Which kit didn't add up in the report?")
     assert asked("Any interest in the harvest?") == set()
 
 
