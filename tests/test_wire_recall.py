@@ -83,6 +83,12 @@ def agent_session(turns: int, fact_at: int = 2) -> list[dict[str, Any]]:
     return msgs
 
 
+async def steps(client: TestClient[Any, Any], history: list[dict[str, Any]]) -> None:
+    """`history` sent back to back, one request per agent step (each call's result)."""
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+
+
 async def post(client: TestClient[Any, Any], msgs: list[dict[str, Any]],
                sid: str = "s-1") -> Any:
     resp = await client.post("/v1/chat/completions", headers={"X-Session-ID": sid},
@@ -95,8 +101,7 @@ async def test_evicted_on_turn_n_is_recalled_on_turn_n_plus_1(
         aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
     client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
     history = agent_session(16)
-    for end in range(4, len(history) + 1, 2):  # back to back, one request per agent step
-        await post(client, history[:end])
+    await steps(client, history)
     assert ANSWER not in json.dumps(upstream.history[-1].body["messages"])  # evicted
     resp = await post(client, [*history, assistant("Handlers are done."), user(ASK)])
     sent = upstream.history[-1].body["messages"]
@@ -115,8 +120,7 @@ async def test_what_the_client_removed_or_rewrote_is_never_recalled(
     tool output, a deleted call and its result, another branch of the same opening."""
     client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
     history = agent_session(16)
-    for end in range(4, len(history) + 1, 2):
-        await post(client, history[:end])
+    await steps(client, history)
     asked = [assistant("Handlers are done."), user(ASK)]
     fact = next(i for i, m in enumerate(history) if m.get("content") == FACT)
     redacted = [*history[:fact], {**history[fact], "content": "[redacted by the user]"},
@@ -157,8 +161,7 @@ async def test_a_recall_whose_event_cannot_be_written_still_answers(
     store = NoSearchStore()
     client = await aiohttp_client(init_app(settings(upstream), store=store))
     history = agent_session(15)  # its last turn evicted down to the watermark: room left
-    for end in range(4, len(history) + 1, 2):
-        await post(client, history[:end])
+    await steps(client, history)
     store.down = True
     with capture_logs() as logs:
         resp = await post(client, [*history, assistant("Handlers are done."), user(ASK)])
@@ -182,8 +185,7 @@ async def test_the_recall_block_goes_only_into_a_user_message_or_a_tool_result(
     system authority for tool output, or words put in the model's mouth."""
     client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
     history = agent_session(16)
-    for end in range(4, len(history) + 1, 2):
-        await post(client, history[:end])
+    await steps(client, history)
     asked = [*history, assistant("Handlers are done."), user(ASK)]
     for tail in ({"role": "system", "content": "Reminder: answer in one line."},
                  {"role": "developer", "content": "Reminder: cite the file."},
@@ -237,8 +239,7 @@ async def test_a_question_recalls_a_tool_output_by_what_its_call_asked_for(
     history = agent_session(30, fact_at=0)
     history[4] = assistant(None, call("call_2", "read_file", '{"path": "deploy/staging.env"}'))
     history[5] = tool("call_2", STAGING_ENV)
-    for end in range(4, len(history) + 1, 2):
-        await post(client, history[:end])
+    await steps(client, history)
     assert "pg-stg-5171" not in json.dumps(upstream.history[-1].body["messages"])  # evicted
     done = [*history, assistant("Handlers are done.")]
     resp = await post(client, [*done, user("The staging DB moves to a new server soon.")])
@@ -323,8 +324,7 @@ async def test_a_question_about_a_tables_odd_one_out_recalls_its_row(
     history[4] = assistant(None, call("call_2", "wms_export", '{"report": "levels"}'))
     history[5] = tool("call_2", stock_levels())
     if not cold:
-        for end in range(4, len(history) + 1, 2):
-            await post(client, history[:end])
+        await steps(client, history)
         assert "CAP-MGT-XXL" not in json.dumps(upstream.history[-1].body["messages"])
         index = client.app[PIPELINE].sessions.get("default", "s-1").index
         async with asyncio.timeout(10):  # the background looks for notable rows between
@@ -363,8 +363,7 @@ async def test_a_question_about_what_one_record_lacks_recalls_that_record(
     history = agent_session(20, fact_at=0)
     history[4] = assistant(None, call("call_2", "describe_instances", '{"region": "all"}'))
     history[5] = tool("call_2", instances())
-    for end in range(4, len(history) + 1, 2):
-        await post(client, history[:end])
+    await steps(client, history)
     sent = json.dumps(upstream.history[-1].body["messages"])  # its stub keeps the ids
     assert "i-013842e6920fdf9e8" in sent and '\\"Tags\\": []' not in sent
     ask = "Which machine was the one with no team label on it?"
@@ -380,8 +379,7 @@ async def test_the_same_recall_renders_byte_identical(
         aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
     client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
     history = agent_session(16)
-    for end in range(4, len(history) + 1, 2):
-        await post(client, history[:end])
+    await steps(client, history)
     history += [assistant("Done."), user(ASK)]
     await post(client, history)
     first = upstream.history[-1].body["messages"][-1]["content"]
@@ -518,8 +516,7 @@ async def test_a_reply_recalls_what_the_proposal_it_confirms_needs(
     history = agent_session(24, fact_at=0)
     history[2] = assistant(None, call("call_1", "get_user_details", '{"user_id": "mia_li"}'))
     history[3] = tool("call_1", PROFILE)
-    for end in range(4, len(history) + 1, 2):
-        await post(client, history[:end])
+    await steps(client, history)
     assert "credit_card_4421486" not in json.dumps(upstream.history[-1].body["messages"])
     yes = user("Yes, please proceed with that booking. Thank you!")
     resp = await post(client, [*history, assistant("Handlers are done. Shall I go on?"), yes])
@@ -616,8 +613,7 @@ async def test_without_ready_vectors_nothing_waits_and_lexical_still_works(
     client = await aiohttp_client(init_app(settings(upstream), store=EmbeddingStore(
         Stalled({"x": ["x"]}))))
     history = agent_session(16)
-    for end in range(4, len(history) + 1, 2):
-        await post(client, history[:end])
+    await steps(client, history)
     resp = await post(client, [*history, assistant("Done."), user(ASK)])
     assert resp.headers["X-Ctxwarden-Recalled"] != "0"
     assert ANSWER in upstream.history[-1].body["messages"][-1]["content"]
@@ -809,8 +805,7 @@ async def test_a_question_does_not_wait_while_the_sessions_passages_are_being_em
     client = await aiohttp_client(init_app(settings(upstream, recall={
         "related_words": 1.0, "question_vector_wait_ms": 1000}), store=EmbeddingStore(embedder)))
     history = agent_session(16)
-    for end in range(4, len(history) + 1, 2):
-        await post(client, history[:end])
+    await steps(client, history)
     ask = "How much money is there for cloud, staff, travel and hardware?"
     await post(client, [*history, assistant("Done."), user(ask)])
     assert embedder.waits == []  # never the 1 s wait (nor any)
@@ -920,8 +915,7 @@ async def test_a_question_may_fill_the_room_left_beyond_the_recall_share(
     client = await aiohttp_client(init_app(settings(upstream, recall=recall),
                                            store=NoSearchStore()))
     history = agent_session(16)
-    for end in range(4, len(history) + 1, 2):
-        await post(client, history[:end])
+    await steps(client, history)
     asked = [*history, assistant("Handlers are done."),
              user("Which machine hosts the staging database, how long are backups kept, "
                   "and how long is log retention?")]
@@ -991,8 +985,7 @@ async def test_several_passages_of_one_chunk_recalled_on_one_turn_are_logged_who
     client = await aiohttp_client(init_app(settings(upstream), store=MemoryStore()))
     history = agent_session(16, fact_at=0)
     history[5] = tool("call_2", LEDGER)
-    for end in range(4, len(history) + 1, 2):
-        await post(client, history[:end])
+    await steps(client, history)
     assert "INV-7103" not in json.dumps(upstream.history[-1].body["messages"])  # evicted
     await post(client, [*history, assistant("Handlers are done."),
                         user("Which invoices are overdue, and since when?")])
@@ -1024,8 +1017,7 @@ async def test_a_question_naming_a_column_recalls_a_row_far_below_its_header(
     history[5] = tool("call_2", _waits("ap-southeast-2"))
     history[8] = assistant(None, call("call_4", "server_report", '{"window": "6h"}'))
     history[9] = tool("call_4", _ticks("ap-southeast-2"))
-    for end in range(4, len(history) + 1, 2):
-        await post(client, history[:end])
+    await steps(client, history)
     assert "283.4 s" not in json.dumps(upstream.history[-1].body["messages"])
     ask = "How long were ranked players in ap-southeast-2 waiting, at p95?"
     await post(client, [*history, assistant("Handlers are done."), user(ask)])
@@ -1051,8 +1043,7 @@ async def test_a_question_for_a_columns_top_row_recalls_it(
         f"              {i + 1}d" for i in range(40))
     history[4] = assistant(None, call("call_2", "kubectl", '{"args": "get pods -A"}'))
     history[5] = tool("call_2", pods)
-    for end in range(4, len(history) + 1, 2):
-        await post(client, history[:end])
+    await steps(client, history)
     assert "dag-processor-2nwf-chlf2" not in json.dumps(upstream.history[-1].body["messages"])
     ask = "Which pod had by far the most restarts when we listed them?"
     await post(client, [*history, assistant("Handlers are done."), user(ask)])
