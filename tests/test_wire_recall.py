@@ -89,6 +89,14 @@ async def steps(client: TestClient[Any, Any], history: list[dict[str, Any]]) -> 
         await post(client, history[:end])
 
 
+async def ask_last(client: TestClient[Any, Any], upstream: UpstreamServer,
+                   history: list[dict[str, Any]], ask: str) -> str:
+    """`ask` after `history`, as the user's next message: what that message carried
+    upstream (its recall block)."""
+    await post(client, [*history, assistant("Handlers are done."), user(ask)])
+    return str(upstream.history[-1].body["messages"][-1]["content"])
+
+
 async def post(client: TestClient[Any, Any], msgs: list[dict[str, Any]],
                sid: str = "s-1") -> Any:
     resp = await client.post("/v1/chat/completions", headers={"X-Session-ID": sid},
@@ -367,8 +375,7 @@ async def test_a_question_about_what_one_record_lacks_recalls_that_record(
     sent = json.dumps(upstream.history[-1].body["messages"])  # its stub keeps the ids
     assert "i-013842e6920fdf9e8" in sent and '\\"Tags\\": []' not in sent
     ask = "Which machine was the one with no team label on it?"
-    await post(client, [*history, assistant("Handlers are done."), user(ask)])
-    recalled = upstream.history[-1].body["messages"][-1]["content"]
+    recalled = await ask_last(client, upstream, history, ask)
     assert re.search(r'"InstanceId": "i-013842e6920fdf9e8",[^}]*"Tags": \[\]', recalled)
     log = (await (await client.get("/admin/evictions", params={"session": "s-1"})).json())
     (why,) = [e["reason"] for e in log["events"] if e["action"] == "recall"]
@@ -1020,8 +1027,7 @@ async def test_a_question_naming_a_column_recalls_a_row_far_below_its_header(
     await steps(client, history)
     assert "283.4 s" not in json.dumps(upstream.history[-1].body["messages"])
     ask = "How long were ranked players in ap-southeast-2 waiting, at p95?"
-    await post(client, [*history, assistant("Handlers are done."), user(ask)])
-    recalled = upstream.history[-1].body["messages"][-1]["content"]
+    recalled = await ask_last(client, upstream, history, ask)
     assert "| ap-southeast-2 | ranked | 4,596 | 48.7 s | 283.4 s | 0.41 |" in recalled
     # shown under its header (the rows between left out), not under the tick rates'
     head = "| region | queue | searches | wait_p50 | wait_p95 | timeouts |\n…\n"
@@ -1046,8 +1052,7 @@ async def test_a_question_for_a_columns_top_row_recalls_it(
     await steps(client, history)
     assert "dag-processor-2nwf-chlf2" not in json.dumps(upstream.history[-1].body["messages"])
     ask = "Which pod had by far the most restarts when we listed them?"
-    await post(client, [*history, assistant("Handlers are done."), user(ask)])
-    recalled = upstream.history[-1].body["messages"][-1]["content"]
+    recalled = await ask_last(client, upstream, history, ask)
     assert "dag-processor-2nwf-chlf2     0/1     CrashLoopBackOff   568 (4m ago)" in recalled
     log = (await (await client.get("/admin/evictions", params={"session": "s-1"})).json())
     (why,) = [e["reason"] for e in log["events"] if e["action"] == "recall"]
