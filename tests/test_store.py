@@ -14,6 +14,7 @@ from store.base import Event, EvictedChunk, MemoryStore, RecallQuery, Store, Tur
 from store.embed import CachedEmbedder, get_embedder
 from store.errors import StoreUnavailable
 from store.lance import LanceStore
+from store.schema import hkey
 from tests.support.fakes import FakeEmbedder, read_only
 
 NEEDLE = "Customer note: she is travelling with her cat Whiskers in a soft carrier under the seat."
@@ -59,6 +60,15 @@ async def store(tmp_path: Path, embedder: CachedEmbedder) -> AsyncIterator[Lance
     s = LanceStore(tmp_path / "db", embedder)
     yield s
     await s.close()
+
+
+def test_row_keys_stay_the_digests_stores_already_hold() -> None:
+    """Row ids are content keys in stores written by earlier versions: how `hkey` computes
+    them may change, the digests may not (blake2b-128 of each part and a unit separator)."""
+    assert hkey("scope", "acme", "s1") == "36fd977f068e3e8449f23da388ecb1ed"
+    assert hkey("event", "acme", "s\udc80", "7", "c1", "evict") == (
+        "233d0877eacf8d7ebd2795f14be7cf86")  # a lone surrogate from a client's JSON
+    assert hkey() == "cae66941d9efbd404e4d88758ea67670"
 
 
 async def test_needle_deep_in_a_json_tool_output_is_recalled(store: LanceStore) -> None:
