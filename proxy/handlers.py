@@ -65,8 +65,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         api_key = upstream_key_of(request)
         guard = request.app.get(AUTH)
         unproven = api_key is not None and guard is not None and not guard.proven(tenant)
+        # a turn that drops nothing logs its decisions while it is forwarded (answered
+        # once they are written: `settled`)
         prepared = await request.app[PIPELINE].prepare(body, route, tenant, key,
-                                                       defer=unproven)
+                                                       defer=unproven, beside=True)
     fields: dict[str, Any] = {**prepared.log_fields(), "stream": bool(body.get("stream")),
                               "overhead_ms": round((time.perf_counter() - started) * 1000, 2)}
     metrics.observe(request, prepared, fields["overhead_ms"])
@@ -93,6 +95,7 @@ async def _forward(request: web.Request, prepared: Prepared, body: dict[str, Any
         except asyncio.CancelledError:  # the client left before the upstream answered
             _left(started, fields)
             raise
+        await prepared.settled()
         billed = usage_fields(reply.usage)
         metrics.observe_usage(request, route.name, billed)
         log.info("request", status=reply.status, latency_ms=_ms(started), **fields, **billed)
@@ -122,6 +125,7 @@ async def _forward(request: web.Request, prepared: Prepared, body: dict[str, Any
     outcome = "complete"
     usage = StreamUsage()
     try:
+        await prepared.settled()
         await resp.prepare(request)
         async for frame in stream:
             usage.see(frame)

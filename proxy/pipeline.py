@@ -3,7 +3,9 @@
 `Pipeline.prepare` turns a validated client body into the body to forward (`Prepared`,
 proxy/prepared.py), never invalid, never over the window. Chunks are stored (durably)
 before the request that drops them is forwarded; if the store cannot take them, nothing
-is dropped and the caller gets a 503.
+is dropped and the caller gets a 503. A turn that drops nothing (it recalls or restores)
+may log its decisions beside the forward (`prepare(beside=True)`: the server's handler,
+which answers its client once they are written).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from collections.abc import Coroutine
 from typing import Any
 
 import structlog
@@ -56,8 +59,11 @@ class Pipeline:
         self.relater = Relater(getattr(store, "embedder", None))
         # ... and its child process stops while a cold history is prepared (proxy/hush.py)
         self.hush = Hush(getattr(self.relater.embedder, "process", None))
+        self._beside: set[asyncio.Task[None]] = set()  # decision logs beside their forward
 
     async def close(self) -> None:
+        if self._beside:  # decisions still being logged: written before the store closes
+            await asyncio.gather(*self._beside, return_exceptions=True)
         self.cold.close()
         await self.recount.close()
         await self.relater.close()
@@ -65,10 +71,13 @@ class Pipeline:
             await self.replica.close()
 
     async def prepare(self, body: dict[str, Any], route: RouteSettings, tenant: str,
-                      session: str | SessionKey, *, defer: bool = False) -> Prepared:
+                      session: str | SessionKey, *, defer: bool = False,
+                      beside: bool = False) -> Prepared:
         """The body to forward. With `defer`, nothing is written and the session's state is
         left as it was until `Prepared.commit()`: for a caller whose upstream key nobody
-        has accepted yet (auth passthrough), so a bogus key writes nothing."""
+        has accepted yet (auth passthrough), so a bogus key writes nothing. With
+        `beside`, a turn that drops nothing returns before its decisions are written;
+        `Prepared.settled()` waits for them."""
         key = session if isinstance(session, SessionKey) else SessionKey(session)
         rt = self.runtimes[route.name]
         if self.replica is not None and key.anchor is not None:  # claimed on another?
@@ -77,12 +86,12 @@ class Pipeline:
         state.users += 1  # kept in the LRU while this request waits for its lock too
         try:
             with QUIET.busy():  # background work waits (store/quiet.py)
-                return await self._locked(rt, body, tenant, sid, state, defer)
+                return await self._locked(rt, body, tenant, sid, state, defer, beside)
         finally:
             state.users -= 1
 
     async def _locked(self, rt: RouteRuntime, body: dict[str, Any], tenant: str, sid: str,
-                      state: SessionState, defer: bool) -> Prepared:
+                      state: SessionState, defer: bool, beside: bool = False) -> Prepared:
         async with state.lock:
             if self.replica is not None:  # another replica may have served it since
                 await self.replica.refresh(state, tenant, sid)
@@ -104,7 +113,7 @@ class Pipeline:
                         await load
                 prepared = await self._prepare(rt, body, tenant, sid, state, known, asked)
                 if not defer:
-                    await prepared.commit()
+                    await prepared.commit(beside)
             self.recount.later(state, rt.analyzer)
             self.sessions.account(tenant, sid, state)
             return prepared
@@ -193,8 +202,9 @@ class Pipeline:
 
         forwarded = {**body, "messages": out}
 
-        async def commit() -> None:
-            await self._write(chunks, events)
+        async def commit(beside: bool) -> None:
+            if chunks:  # what the forward drops is durable before it goes (never forget)
+                await self._write(chunks, events)
             state.evicted |= {d.part.chunk.id for d in fit.new}
             state.evicted -= {d.part.chunk.id for d in fit.restored}
             state.blocks, state.last_prompt = recall.blocks, prompt  # what was sent
@@ -204,14 +214,35 @@ class Pipeline:
                 await self.replica.publish(state, tenant, session)
             self.turns.submit(row)
             self.sent.put(tenant, session, conv.logged, forwarded)  # GET /admin/sent
+            if not chunks and events:  # decisions that drop nothing: a recall, a restore
+                if beside:
+                    prepared.beside = self._alongside(self._write(chunks, events))
+                else:
+                    await self._write(chunks, events)
 
-        return Prepared(
+        prepared = Prepared(
             body=forwarded, route=rt.route, tenant=tenant, session=session,
             turn=conv.logged, tokens_in=tokens_in, tokens_out=tokens_out, budget=room,
             evicted=len(fit.evicted), new_evictions=len(fit.new),
             recalled=sum(len(b.passages) for b in recall.blocks), prefix_ratio=ratio,
             events=events, pending=commit,
         )
+        return prepared
+
+    def _alongside(self, write: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """A decision log's write run beside the forward (held here until it is done). A
+        store's refusal is `_write`'s to log and retry; anything else is logged here, and
+        the request it belongs to is answered all the same."""
+        async def guarded() -> None:
+            try:
+                await write
+            except Exception:
+                log.exception("events_unrecorded_beside")
+
+        task = asyncio.get_running_loop().create_task(guarded(), name="log-beside")
+        self._beside.add(task)
+        task.add_done_callback(self._beside.discard)
+        return task
 
     async def _write(self, chunks: list[EvictedChunk], events: list[Event]) -> None:
         """One durable append. When it fails with chunks in it, nothing was dropped: the

@@ -5,6 +5,7 @@ log see of the decisions, and the store write a deferred request still owes
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,13 +31,24 @@ class Prepared:
     events: list[Event] = field(default_factory=list)
     # The store write and the session's new decisions, when `prepare(defer=True)` left
     # them for the caller to run once the upstream has accepted the request.
-    pending: Callable[[], Awaitable[None]] | None = None
+    pending: Callable[[bool], Awaitable[None]] | None = None
+    # A turn that drops nothing, prepared with `beside`: its decisions' write, in flight.
+    beside: asyncio.Task[None] | None = None
 
-    async def commit(self) -> None:
-        """Run what `prepare(defer=True)` deferred (a no-op otherwise, or the second time)."""
+    async def commit(self, beside: bool = False) -> None:
+        """Run what `prepare(defer=True)` deferred (a no-op otherwise, or the second time);
+        with `beside`, a write that drops nothing is left running (`settled`)."""
         pending, self.pending = self.pending, None
         if pending is not None:
-            await pending()
+            await pending(beside)
+
+    async def settled(self) -> None:
+        """The decisions' write left beside the forward, done: the client's answer waits
+        for it, so what the turn recalled is in /admin once the answer arrives. Its failure
+        is the pipeline's to log and retry (`Pipeline._write`), never the request's."""
+        task, self.beside = self.beside, None
+        if task is not None:
+            await asyncio.shield(task)
 
     def headers(self) -> dict[str, str]:
         """What the client sees of the decisions (README: response headers)."""

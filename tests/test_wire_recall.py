@@ -122,6 +122,48 @@ async def test_evicted_on_turn_n_is_recalled_on_turn_n_plus_1(
     assert "stag" in recalls[0]["reason"] and "databas" in recalls[0]["reason"]
 
 
+class GatedStore(NoSearchStore):
+    """Writes of decisions alone (a recall, a restore) wait at `gate`; writes that carry
+    chunks go through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def record(self, chunks: Any, events: Any) -> None:
+        if not chunks:
+            await self.gate.wait()
+        await super().record(chunks, events)
+
+
+async def test_a_recall_goes_upstream_while_its_decisions_are_written(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """A turn that drops nothing is forwarded while its log is written, and its client is
+    answered once that is written: the write is off the forward's path, not lost, and
+    /admin shows the recall when the answer arrives."""
+    store = GatedStore()
+    client = await aiohttp_client(init_app(settings(upstream), store=store))
+    history = agent_session(16)
+    await steps(client, history)  # its evictions carry chunks: through the gate
+    store.gate.clear()
+    n = len(upstream.history)
+    asked = asyncio.ensure_future(
+        post(client, [*history, assistant("Handlers are done."), user(ASK)]))
+    async with asyncio.timeout(10):
+        while len(upstream.history) == n:  # the question went upstream, recall and all
+            await asyncio.sleep(0.005)
+    assert ANSWER in upstream.history[-1].body["messages"][-1]["content"]
+    await asyncio.sleep(0.05)
+    assert not asked.done()  # its client waits for the decisions' write
+    assert not [e for e in await store.events("default", "s-1") if e.action == "recall"]
+    store.gate.set()
+    resp = await asked
+    assert resp.headers["X-Ctxwarden-Recalled"] != "0"
+    log = (await (await client.get("/admin/evictions", params={"session": "s-1"})).json())
+    assert [e for e in log["events"] if e["action"] == "recall"]
+
+
 async def test_what_the_client_removed_or_rewrote_is_never_recalled(
         aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
     """A message the client no longer sends stays stored but is not put back: a redacted
