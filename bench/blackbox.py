@@ -1,4 +1,4 @@
-"""Facts kept on workloads written apart: five sets of black-box sessions.
+"""Facts kept on workloads written apart: six sets of black-box sessions.
 
 Each was written by a helper that saw none of ctxwarden's code or benches, with a
 generator of its own (one-offs, not kept; the sessions are kept as data):
@@ -43,6 +43,14 @@ generator of its own (one-offs, not kept; the sessions are kept as data):
   or place a thing by when it happened ("which pod had by far the most restarts", "the
   alert that went off a few minutes after the checkout deploy"). Its misses were read
   (this stop's column ends, aligned tables and summaries came from them).
+- *sixth* (`tests/data/blackbox6-sessions.json.gz`, 2026-12-05): six more domains (a
+  coding agent fixing a Python web service, retail data analysis, a water utility's
+  operations desk, legal e-discovery, a restaurant chain's food safety, a university's
+  research-computing helpdesk), two sessions each; 12 sessions of 92-105 messages
+  (~40-54k tokens, 381 tool outputs in all), 72 facts (48 tool, 12 user, 12
+  constraint), each asked at least 35 messages later; its writer was asked for the fifth
+  set's mix of question kinds plus details deep in long logs and tracebacks, nested
+  config values, and counts. It was measured before it was read (docs/design-notes.md).
 Questions name neither the answer nor, where avoidable, its label.
 
 Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every
@@ -80,7 +88,8 @@ SETS = {"first": _DIR / "blackbox-sessions.json.gz",
         "second": _DIR / "blackbox2-sessions.json.gz",
         "third": _DIR / "blackbox3-sessions.json.gz",
         "fourth": _DIR / "blackbox4-sessions.json.gz",
-        "fifth": _DIR / "blackbox5-sessions.json.gz"}
+        "fifth": _DIR / "blackbox5-sessions.json.gz",
+        "sixth": _DIR / "blackbox6-sessions.json.gz"}
 DATA = SETS["first"]
 PACED = ("rwoe", "mask")
 

@@ -15,7 +15,8 @@ from bench import blackbox
     ("second", 12, {"tool": 42, "user": 12, "constraint": 12}),
     ("third", 12, {"tool": 48, "user": 12, "constraint": 12}),
     ("fourth", 12, {"tool": 48, "user": 12, "constraint": 12}),
-    ("fifth", 12, {"tool": 48, "user": 12, "constraint": 12})])
+    ("fifth", 12, {"tool": 48, "user": 12, "constraint": 12}),
+    ("sixth", 12, {"tool": 48, "user": 12, "constraint": 12})])
 def test_the_kept_sessions_plant_each_answer_once_and_ask_for_it_in_other_words(
         name: str, sessions: int, kinds: dict[str, int]) -> None:
     data = blackbox.sessions(blackbox.SETS[name])
