@@ -15,20 +15,29 @@ from typing import Any
 from store.terms import WORD, terms
 
 FIELDS_AFTER = 4  # lines after a matched line that hold its record's other fields
+ASKED_ROW = 1000  # a line that is a row the question asked for: before any word match
 
 
-def focus(text: str, qterms: set[str], max_tokens: int, count: Any) -> str:
+def focus(text: str, qterms: set[str], max_tokens: int, count: Any,
+          rows: tuple[tuple[str, ...], ...] = ()) -> str:
     """The lines of `text` that share the most terms with the query, then the lines just
     after them (a record's other fields: "Name: Yuki Lindqvist" is followed by her email
     and phone, which share no word with the question), as many as fit `max_tokens`, in
     their original order (the head when no line matches); "" when not even one line
-    fits. A single line too long alone is cut and ends with " …"."""
+    fits. A single line too long alone is cut and ends with " …". `rows`: the probes of
+    the table rows the question asked for (the largest, the odd one: a row of values
+    shares no word with "whose collection is the biggest"), the likeliest first; a line
+    holding all of one's comes before any other, in that order."""
     if max_tokens <= 8:
         return ""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
         return ""
     scores = [len(qterms.intersection(terms(ln))) for ln in lines]
+    for i, ln in enumerate(lines):  # the first-named row first
+        j = next((j for j, probes in enumerate(rows) if all(p in ln for p in probes)), None)
+        if j is not None:
+            scores[i] += ASKED_ROW * (len(rows) - j)
     order = sorted(range(len(lines)), key=lambda i: (-scores[i], i))
     if scores[order[0]] == 0:
         order = [0]  # the head line

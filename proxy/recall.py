@@ -228,7 +228,7 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
         full = h.text
         tokens = count(h.text) + HEADER  # its header line in the block
         if used + tokens > budget:  # too big for what is left: keep the lines that match
-            h = replace(h, text=focus(h.text, qterms, budget - used - HEADER, count))
+            h = replace(h, text=focus(h.text, qterms, budget - used - HEADER, count, h.rows))
             tokens = count(h.text) + HEADER
             if not h.text or used + tokens > budget:
                 continue
@@ -321,7 +321,7 @@ def _headed(out: list[Recalled], header: Callable[[str], str], qterms: set[str],
         room = budget - (used - r.tokens) - HEADER
         body = r.hit.text
         if count(top + body) > room:
-            body = focus(body, qterms, room - count(top), count)
+            body = focus(body, qterms, room - count(top), count, r.hit.rows)
         if body:
             text = top + body
             tokens = count(text) + HEADER

@@ -38,6 +38,7 @@ MIN_WORDS = frozenset(
     "earliest".split())
 _NOTED = re.compile(r"\s*([-+]?[$€£]?\d[\d,]*(?:\.\d+)?)\s+\(")
 _DAY = re.compile(r"\s*(\d{4})-(\d\d)-(\d\d)(?:[T ](\d\d):(\d\d))?")
+_SPAN = re.compile(r"\s*(?:(\d+)-)?(\d{1,2}):(\d\d):(\d\d)\s*$")  # slurm's 4-07:12:00
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +58,16 @@ COLUMN_WORDS = {
     "oldest": "age date created opened", "newest": "date created", "earliest": "date",
     "busiest": "count requests load", "biggest": "size amount total",
     "largest": "size amount total", "smallest": "size amount total",
-    "big": "size amount total"}
+    "big": "size amount total", "warmest": "temp temperature",
+    "hottest": "temp temperature", "coldest": "temp temperature",
+    "coolest": "temp temperature", "fullest": "used usage percent",
+    "space": "used usage percent"}
+# a header's abbreviations, and what they abbreviate (`avg_basket` is an average)
+ABBREVIATIONS = {"avg": "average", "pct": "percent", "%": "percent", "qty": "quantity",
+                 "amt": "amount", "temp": "temperature", "txn": "transaction",
+                 "txns": "transactions", "cnt": "count", "num": "number", "hrs": "hours",
+                 "mins": "minutes", "secs": "seconds"}
+EITHER_WORDS = frozenset({"worst", "best"})  # which end, the column says (coverage, latency)
 _BIG_ONE = re.compile(r"\bthe big ones?\b", re.IGNORECASE)  # "which invoice was the big one"
 
 
@@ -70,15 +80,19 @@ def ends(question: str) -> frozenset[str]:
             out.add("max")
         elif low in MIN_WORDS:
             out.add("min")
-        elif superlative(low):
+        elif low in EITHER_WORDS or superlative(low):
             out |= {"max", "min"}  # "the slowest": which end, the column says
     return frozenset(out)
 
 
 def column_terms(name: str) -> frozenset[str]:
     """The terms a column's header gives a tag: its words (`days_open`: days, open), not
-    the name whole, its units or numbers; a ratio's slash is "per" (`Cost / conv.`)."""
+    the name whole, its units or numbers; a ratio's slash is "per" (`Cost / conv.`); an
+    abbreviation also what it abbreviates (`avg_basket`: average, `LEVEL_%`: percent)."""
     out = {t for t in terms(name) if t.isalnum() and not t.isdigit() and len(t) > 1}
+    words = set(re.split(r"[^a-z%]+", name.lower())) | ({"%"} if "%" in name else set())
+    for w in words & ABBREVIATIONS.keys():
+        out |= set(terms(ABBREVIATIONS[w]))
     return frozenset(out | {"per"} if "/" in name else out)
 
 
@@ -94,13 +108,18 @@ def tag(end: str, cterms: Iterable[str]) -> str:
 
 
 def day(cell: Any) -> float | None:
-    """A number (also one a note follows in brackets: `568 (4m ago)`), or a date
-    (`2024-05-20`, `2024-05-20T14:07`) as its day."""
+    """A number (also one a note follows in brackets: `568 (4m ago)`), a date
+    (`2024-05-20`, `2024-05-20T14:07`) as its day, or a duration (`4-07:12:00`,
+    `13:19:00`) in days."""
     v = number(cell)
     if v is not None or not isinstance(cell, str):
         return v
     m = _DAY.match(cell)
     if m is None:
+        span = _SPAN.match(cell)
+        if span is not None:  # a duration (or a time of day), in days
+            d, h, mi, s = (int(g or 0) for g in span.groups())
+            return d + (h * 3600 + mi * 60 + s) / 86400
         m = _NOTED.match(cell)
         return None if m is None else number(m.group(1))
     try:

@@ -306,7 +306,9 @@ def tables(text: str) -> list[Table]:
             best = found
     if "   " in text:  # aligned columns read by position, where empty cells broke the runs
         aligned: list[Table] = list(fixed_tables(lines))
-        if aligned and sum(len(r) for _, r in aligned) > sum(len(r) for _, r in best):
+        # as many rows read by position: its header too (a header of more cells than
+        # its rows, `NOTE` empty in most, split at runs of two spaces lost it)
+        if aligned and sum(len(r) for _, r in aligned) >= sum(len(r) for _, r in best):
             best = aligned
     return best
 
@@ -370,7 +372,9 @@ def _split(lines: list[str], sep: str) -> Iterator[list[str]]:
     elif sep == "|":
         for line in lines:
             s = line.strip()
-            yield [c.strip() for c in s.strip("|").split("|")] if s.startswith("|") else []
+            # a markdown row (`| a | b |`), or psql's and sqlite's (` a | b `)
+            yield ([c.strip() for c in s.strip("|").split("|")]
+                   if s.startswith("|") or " | " in s else [])
     elif sep == "\t":
         for line in lines:
             yield line.split("\t")

@@ -43,6 +43,7 @@ class Hit:
     score: float  # raw BM25
     strength: float  # score / the query's ideal score, in [0, 1]
     note: str = ""  # its notable rows, when the query asked for them (store/notable.py)
+    rows: tuple[tuple[str, ...], ...] = ()  # ... and what each row's line holds
 
 
 class Postings:

@@ -50,8 +50,8 @@ class RelevanceIndex(Postings):
     def __init__(self, passage_chars: int = PASSAGE_CHARS, eager: int = EAGER) -> None:
         super().__init__(passage_chars, eager)
         self._examined = 0  # chunks examined for notable rows, in the order added
-        # passage -> its notable rows and column ends, said, by their tags
-        self._notes: dict[int, list[tuple[str, str]]] = {}
+        # passage -> its notable rows and column ends: (tag, said, the row's probes)
+        self._notes: dict[int, list[tuple[str, str, tuple[str, ...]]]] = {}
         # the tags of the columns' ends found (store/extremes.py) -> the column's terms
         self._columns: dict[str, frozenset[str]] = {}
 
@@ -77,13 +77,14 @@ class RelevanceIndex(Postings):
                 extra = row_terms(rows)
                 self.add_terms(nums[k], extra)
                 self._notes.setdefault(nums[k], []).extend(
-                    zip(extra, (said([r]) for r in rows), strict=True))
+                    zip(extra, (said([r]) for r in rows), (r.probes for r in rows),
+                        strict=True))
             for k, top in placed(extremes(tabs), pieces).items():  # a column's ends
                 self.add_terms(nums[k], [e.tag for e in top])
                 for e in top:
                     self._columns[e.tag] = column_terms(e.column)
                 self._notes.setdefault(nums[k], []).extend(
-                    (e.tag, f"{e.tag[1:4]} {e.column}") for e in top)
+                    (e.tag, f"{e.tag[1:4]} {e.column}", e.probes) for e in top)
         self._examined = stop
         return len(ids) - stop
 
@@ -213,8 +214,7 @@ class RelevanceIndex(Postings):
         tags = {t for t in q if t[:1] == "~"}  # a question's (notable_terms)
         notes = self._notes if tags else {}
         hits = [Hit(owner[n], self._piece[n], self._text[n], s, min(1.0, s / ideal),
-                    ", ".join(said for t, said in note if t in tags)
-                    if (note := notes.get(n)) else "")
+                    *(_asked(note, q) if (note := notes.get(n)) else ("", ())))
                 for n, s in acc.items() if owner[n] not in exclude]
         hits.sort(key=lambda h: (-h.score, h.chunk_id, h.piece))
         return hits
@@ -237,3 +237,14 @@ class RelevanceIndex(Postings):
         if top <= 0:
             return {}
         return {cid: s / top for cid, s in best.items()}
+
+
+def _asked(note: list[tuple[str, str, tuple[str, ...]]], q: dict[str, float]
+           ) -> tuple[str, tuple[tuple[str, ...], ...]]:
+    """A passage's rows that the question's tags name: as recall's reason says them, and
+    their probes (what a line of the row holds: recall shows that line first,
+    proxy/excerpt.py), the row of the tag the question weighs most first."""
+    named = [(said, probes) for t, said, probes in note if t in q]
+    rows = sorted(((q[t], probes) for t, _, probes in note if t in q and probes),
+                  key=lambda x: -x[0])
+    return ", ".join(said for said, _ in named), tuple(p for _, p in rows)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.excerpt import focus
 from store.extremes import asked_columns, column_terms, day, ends, extremes, tag
 from store.fixedwidth import fixed_tables
 from store.notable import tables
@@ -58,6 +59,7 @@ def test_a_superlative_names_an_end_and_most_or_top_alone_too() -> None:
     assert ends("Which port was the slowest?") == {"max", "min"}
     assert ends("What was the latest deploy?") == {"max"}
     assert ends("What did the request say?") == frozenset()
+    assert ends("Which file came out worst in the coverage table?") == {"max", "min"}
 
 
 def test_a_date_counts_as_its_day_and_a_noted_count_as_its_number() -> None:
@@ -65,6 +67,8 @@ def test_a_date_counts_as_its_day_and_a_noted_count_as_its_number() -> None:
     assert day("2024-05-28") == day("2024-05-27") + 1  # type: ignore[operator]
     assert day("2024-05-28T12:00") == day("2024-05-28") + 0.5  # type: ignore[operator]
     assert day("Running") is None and day("2024-13-01") is None
+    assert day("4-07:12:00") == pytest.approx(4.3)  # slurm's days-hours:minutes:seconds
+    assert day("13:19:00") == pytest.approx(13 / 24 + 19 / 1440)
 
 
 def test_each_named_column_marks_its_top_and_bottom_row_unless_tied() -> None:
@@ -116,3 +120,72 @@ def test_a_question_naming_a_column_and_an_end_finds_that_row() -> None:
     assert "dag-processor-2nwf-chlf2" in top.text and top.note == "max RESTARTS"
     assert "dag-processor" not in plain[0].text
     assert idx.notable_terms("Which pod restarted?") == {}
+
+
+# `rc-quota`: a header of eight names over rows of seven cells (no note), two of them
+# holding a single space ("88.20 TiB")
+QUOTAS = "\n".join([
+    "$ rc-quota --fs project --all --sort name",
+    "PATH                       USED        QUOTA         PCT      FILES  NOTE",
+    *(f"{p:<27}{u:<12}{q:<12}{c:>5}{f:>11}" for p, u, q, c, f in [
+        *((f"/project/lab_{i:02d}", f"{10 + i}.20 TiB", "100.00 TiB", f"{10 + i}.2%",
+           f"{3 + i},356,218") for i in range(6)),
+        ("/project/rosales_genomics", "49.70 TiB", "50.00 TiB", "99.4%", "6,533,943")]),
+])
+# psql's output: cells between " | ", a "---+---" rule under the header
+BASKETS = "\n".join([
+    " store_id |  store_name        | txns   | avg_basket | units_per_txn",
+    "----------+--------------------+--------+------------+--------------",
+    *(f"      {101 + i} | Store {i:<12} | {11 + i},385 |      {60 + i}.20 |          3.53"
+      for i in range(6)),
+    "      115 | Fairhaven Crossing | 19,881 |      41.87 |          2.27",
+])
+
+
+def test_headers_abbreviations_psql_and_rows_wider_than_their_cells_are_read() -> None:
+    """`avg_basket` is an average and `PCT` a percent (their columns' terms hold what
+    they abbreviate); psql's tables and an aligned listing whose header has a column no
+    row fills keep their headers, so their columns' ends are found."""
+    assert column_terms("avg_basket") >= {"avg", "basket", "averag"}
+    assert column_terms("LEVEL_%") >= {"level", "percent"}
+    (header, rows), = tables(QUOTAS)
+    assert header is not None and header[:4] == ["PATH", "USED", "QUOTA", "PCT"]
+    top = {e.tag: e.probes[0] for e in extremes(tables(QUOTAS))}
+    assert "rosales_genomics" in top[tag("max", column_terms("PCT"))]
+    (header, rows), = tables(BASKETS)
+    assert header is not None and header[3] == "avg_basket" and len(rows) == 7
+    low = {e.tag: e.probes[0] for e in extremes(tables(BASKETS))}
+    assert "Fairhaven" in low[tag("min", column_terms("avg_basket"))]
+
+
+def test_warmth_and_room_name_their_columns() -> None:
+    """"The warmest delivery" asks for a temperature's top, "closest to running out of
+    space" for a usage percentage's."""
+    columns = {tag(end, column_terms(c)): column_terms(c)
+               for c in ("PRODUCT TEMP", "PCT", "FILES") for end in ("max", "min")}
+    got = asked_columns("Which delivery arrived the warmest of all?", columns)
+    assert set(got) == {tag("max", column_terms("PRODUCT TEMP")),
+                        tag("min", column_terms("PRODUCT TEMP"))}
+    got = asked_columns("Which group was closest to running out of space?", columns)
+    assert tag("max", column_terms("PCT")) in got
+    assert not any("file" in t for t in got)
+
+
+def test_a_recalled_passage_too_long_for_its_room_shows_the_row_asked_for() -> None:
+    """The passage holding the column's top row is found by its tag, and when only a few
+    of its lines fit, the row is among them: its values share no word with "the most
+    restarts", so by words alone the lines kept were others."""
+    idx = RelevanceIndex()
+    idx.add("pods", PODS)
+    ask = "Which pod had by far the most restarts?"
+    top = idx.search({**idx.query_terms(ask), **idx.notable_terms(ask)})[0]
+    assert top.rows == (next(e.probes for e in extremes(tables(PODS))
+                             if e.tag == tag("max", {"restart"})),)
+    qterms = set(idx.query_terms(ask))
+
+    def count(text: str) -> int:
+        return len(text) // 4
+
+    shown = focus(top.text, qterms, 40, count, top.rows)
+    assert "dag-processor-2nwf-chlf2" in shown
+    assert "dag-processor" not in focus(top.text, qterms, 40, count)
