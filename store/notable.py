@@ -306,9 +306,10 @@ def tables(text: str) -> list[Table]:
             best = found
     if "   " in text:  # aligned columns read by position, where empty cells broke the runs
         aligned: list[Table] = list(fixed_tables(lines))
-        # as many rows read by position: its header too (a header of more cells than
-        # its rows, `NOTE` empty in most, split at runs of two spaces lost it)
-        if aligned and sum(len(r) for _, r in aligned) >= sum(len(r) for _, r in best):
+        # or as many, where the runs found no header (one of more cells than its rows,
+        # `NOTE` empty in most, split at runs of two spaces: read by position it stays)
+        rows, before = sum(len(r) for _, r in aligned), sum(len(r) for _, r in best)
+        if aligned and (rows > before or rows == before and all(h is None for h, _ in best)):
             best = aligned
     return best
 
