@@ -308,8 +308,8 @@ def tables(text: str) -> list[Table]:
         aligned: list[Table] = list(fixed_tables(lines))
         # or as many, where the runs found no header (one of more cells than its rows,
         # `NOTE` empty in most, split at runs of two spaces: read by position it stays)
-        rows, before = sum(len(r) for _, r in aligned), sum(len(r) for _, r in best)
-        if aligned and (rows > before or rows == before and all(h is None for h, _ in best)):
+        read, before = sum(len(r) for _, r in aligned), sum(len(r) for _, r in best)
+        if aligned and (read > before or read == before and all(h is None for h, _ in best)):
             best = aligned
     return best
 
