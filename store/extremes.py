@@ -89,11 +89,20 @@ def column_terms(name: str) -> frozenset[str]:
     """The terms a column's header gives a tag: its words (`days_open`: days, open), not
     the name whole, its units or numbers; a ratio's slash is "per" (`Cost / conv.`); an
     abbreviation also what it abbreviates (`avg_basket`: average, `LEVEL_%`: percent)."""
-    out = {t for t in terms(name) if t.isalnum() and not t.isdigit() and len(t) > 1}
     words = set(re.split(r"[^a-z%]+", name.lower())) | ({"%"} if "%" in name else set())
+    out = {_whole(t, words) for t in terms(name)
+           if t.isalnum() and not t.isdigit() and len(t) > 1}
     for w in words & ABBREVIATIONS.keys():
         out |= set(terms(ABBREVIATIONS[w]))
     return frozenset(out | {"per"} if "/" in name else out)
+
+
+def _whole(stem: str, words: set[str]) -> str:
+    """A stem too short to abbreviate anything (`cov` of `Cover`) as the header's word it
+    came from, which a question's "coverage" begins with."""
+    if len(stem) >= 4:
+        return stem
+    return min((w for w in words if len(w) >= 4 and w.startswith(stem)), default=stem)
 
 
 def _holds(words: set[str], term: str) -> bool:
@@ -159,7 +168,7 @@ def asked_columns(question: str, columns: dict[str, frozenset[str]]) -> dict[str
     named = ends(question)
     if not named:
         return {}
-    words = set(terms(question))
+    words = set(terms(question)) | {w.lower() for w in WORD.findall(question)}
     for w in WORD.findall(question):
         implied = COLUMN_WORDS.get(w.lower())
         if implied:

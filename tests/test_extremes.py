@@ -189,3 +189,26 @@ def test_a_recalled_passage_too_long_for_its_room_shows_the_row_asked_for() -> N
     shown = focus(top.text, qterms, 40, count, top.rows)
     assert "dag-processor-2nwf-chlf2" in shown
     assert "dag-processor" not in focus(top.text, qterms, 40, count)
+
+
+COVERAGE = "\n".join([
+    "Name                     Stmts  Miss  Cover   Missing",
+    "---------------------------------------------------------",
+    "app/api/admin.py           247    47    81%   10-17, 28",
+    "app/api/auth.py            229    58    75%   12, 29-33",
+    "app/legacy/csv_export.py   131    88    33%   9-61, 70-140",
+    "app/cli.py                 164    31    81%   39, 51-57",
+    "app/orders.py               74     6    92%   12-16, 24",
+])
+
+
+def test_a_short_headers_column_is_named_by_a_longer_word() -> None:
+    """`Cover` stems to `cov`, under the four letters a prefix match needs; its column
+    keeps the header's word, so "worst in the coverage table" (and "cover") names it."""
+    assert column_terms("Cover") == {"cover"}
+    columns = {e.tag: column_terms(e.column) for e in extremes(tables(COVERAGE))}
+    got = asked_columns("Which source file came out worst in the coverage table?", columns)
+    assert set(got) == {tag("max", {"cover"}), tag("min", {"cover"})}
+    assert tag("min", {"cover"}) in asked_columns("lowest cover of all?", columns)
+    low = {e.tag: e.probes[0] for e in extremes(tables(COVERAGE))}
+    assert "csv_export" in low[tag("min", {"cover"})]
