@@ -31,6 +31,8 @@ class Part:
     role: str
     tool_name: str | None = None
     tool_args: str = ""  # a result's call arguments (what the output is about: relate.py)
+    said: str = ""  # ... and what the calling message said beside its calls ("Equipment
+    # record for the walk-in."), when it said anything
     group: int | None = None  # index of the assistant message heading its tool group
     cut_tokens: int | None = None  # what it costs after a head-and-tail cut (fitting.py)
 
@@ -112,6 +114,8 @@ class Chunker:
                 owner = call_owner.pop(LEGACY, None) if key == LEGACY else call_owner.get(key)
                 if owner is not None:
                     part.group, part.tool_name, part.tool_args = owner
+                    said = messages[owner[0]].get("content")
+                    part.said = said if isinstance(said, str) else ""
                     groups[owner[0]].append(i)
             parts.append(part)
         conv = Conversation(parts, turn, groups)

@@ -104,7 +104,8 @@ class Relater:
         for p in conv.parts:
             index.add(p.chunk.id, p.info.text)
             if p.tool_name and not index.annotated(p.chunk.id):  # about what its call asked
-                index.annotate(p.chunk.id, f"{p.tool_name} {p.tool_args[:CALL_CHARS]}")
+                index.annotate(p.chunk.id, f"{p.tool_name} {p.tool_args[:CALL_CHARS]} "
+                                           f"{p.said[:CALL_CHARS]}")
             m = meta.get(p.chunk.id)
             if m is None or m.klass != p.chunk.klass.value:  # the tail is PERMANENT only now
                 meta[p.chunk.id] = ChunkMeta(p.chunk.turn, p.role, p.chunk.klass.value)

@@ -305,6 +305,28 @@ async def test_a_question_recalls_a_tool_output_by_what_its_call_asked_for(
     assert 0.10 <= strength < 0.25  # under min_relevance: only a question recalls it
 
 
+CUTOFF = "t0: 2024-08-23 17:00 PT\nref: PR-8841\nby: ops-fin\nnext: 2024-09-20 17:00 PT"
+
+
+async def test_a_question_recalls_a_tool_output_by_what_the_agent_said_it_was_reading(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """The output of `read_file("conf/p2.yaml")` says neither "payroll" nor "cutoff", and
+    neither does its call: the agent's words beside the call do ("Checking the payroll
+    cutoff calendar."), and a tool output is indexed with them too. Without them the
+    question recalls the agent's message, not what it read."""
+    client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
+    history = agent_session(30, fact_at=0)
+    history[4] = assistant("Checking the payroll cutoff calendar.",
+                           call("call_2", "read_file", '{"path": "conf/p2.yaml"}'))
+    history[5] = tool("call_2", CUTOFF)
+    await steps(client, history)
+    assert "PR-8841" not in json.dumps(upstream.history[-1].body["messages"])  # evicted
+    resp = await post(client, [*history, assistant("Handlers are done."),
+                               user("What time is the payroll cutoff?")])
+    assert resp.headers["X-Ctxwarden-Recalled"] != "0"
+    assert "17:00 PT\nref: PR-8841" in upstream.history[-1].body["messages"][-1]["content"]
+
+
 async def test_a_cold_history_keeps_the_evidence_for_its_last_question(
         aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
     """Sent whole for the first time, 4x the window, the question last."""
