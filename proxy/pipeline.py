@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Coroutine
 from typing import Any
 
 import structlog
@@ -35,8 +34,8 @@ from proxy.sent import SentBodies
 from proxy.session import SessionKey, Sessions, SessionState
 from proxy.tokens import REPLY_PRIMING
 from proxy.turnlog import TurnLog, summary
-from store.base import Event, EvictedChunk, Store
-from store.errors import EventsUnrecorded, StoreUnavailable
+from proxy.writes import Writes
+from store.base import Store
 from store.quiet import QUIET
 from store.vectors import Vectors
 
@@ -59,11 +58,10 @@ class Pipeline:
         self.relater = Relater(getattr(store, "embedder", None))
         # ... and its child process stops while a cold history is prepared (proxy/hush.py)
         self.hush = Hush(getattr(self.relater.embedder, "process", None))
-        self._beside: set[asyncio.Task[None]] = set()  # decision logs beside their forward
+        self.writes = Writes(store, self.turns)  # one durable append a turn (proxy/writes.py)
 
     async def close(self) -> None:
-        if self._beside:  # decisions still being logged: written before the store closes
-            await asyncio.gather(*self._beside, return_exceptions=True)
+        await self.writes.close()  # decisions still being logged, before the store closes
         self.cold.close()
         await self.recount.close()
         await self.relater.close()
@@ -204,7 +202,7 @@ class Pipeline:
 
         async def commit(beside: bool) -> None:
             if chunks:  # what the forward drops is durable before it goes (never forget)
-                await self._write(chunks, events)
+                await self.writes.write(chunks, events)
             state.evicted |= {d.part.chunk.id for d in fit.new}
             state.evicted -= {d.part.chunk.id for d in fit.restored}
             state.blocks, state.last_prompt = recall.blocks, prompt  # what was sent
@@ -216,9 +214,9 @@ class Pipeline:
             self.sent.put(tenant, session, conv.logged, forwarded)  # GET /admin/sent
             if not chunks and events:  # decisions that drop nothing: a recall, a restore
                 if beside:
-                    prepared.beside = self._alongside(self._write(chunks, events))
+                    prepared.beside = self.writes.beside(self.writes.write(chunks, events))
                 else:
-                    await self._write(chunks, events)
+                    await self.writes.write(chunks, events)
 
         prepared = Prepared(
             body=forwarded, route=rt.route, tenant=tenant, session=session,
@@ -228,36 +226,3 @@ class Pipeline:
             events=events, pending=commit,
         )
         return prepared
-
-    def _alongside(self, write: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        """A decision log's write run beside the forward (held here until it is done). A
-        store's refusal is `_write`'s to log and retry; anything else is logged here, and
-        the request it belongs to is answered all the same."""
-        async def guarded() -> None:
-            try:
-                await write
-            except Exception:
-                log.exception("events_unrecorded_beside")
-
-        task = asyncio.get_running_loop().create_task(guarded(), name="log-beside")
-        self._beside.add(task)
-        task.add_done_callback(self._beside.discard)
-        return task
-
-    async def _write(self, chunks: list[EvictedChunk], events: list[Event]) -> None:
-        """One durable append. When it fails with chunks in it, nothing was dropped: the
-        StoreUnavailable reaches the client as a 503. When only the events failed (a
-        write of events alone: a recall or a restore, nothing leaves the request; or a
-        store without the log that stored the chunks, `EventsUnrecorded`), the request goes
-        on: the decisions go to the log line `events_unrecorded` and are retried in the
-        background."""
-        if not (chunks or events):
-            return
-        try:
-            await self.store.record(chunks, events)
-        except (StoreUnavailable, EventsUnrecorded) as exc:
-            if chunks and not isinstance(exc, EventsUnrecorded):
-                raise
-            log.warning("events_unrecorded", error=str(exc), retry=True,
-                        events=[f"{e.action} {e.chunk_id}: {e.reason}" for e in events])
-            self.turns.retry(events)

@@ -45,7 +45,7 @@ class Prepared:
     async def settled(self) -> None:
         """The decisions' write left beside the forward, done: the client's answer waits
         for it, so what the turn recalled is in /admin once the answer arrives. Its failure
-        is the pipeline's to log and retry (`Pipeline._write`), never the request's."""
+        is the pipeline's to log and retry (proxy/writes.py), never the request's."""
         task, self.beside = self.beside, None
         if task is not None:
             await asyncio.shield(task)

@@ -1,5 +1,5 @@
 """What a turn leaves behind: the chunks it evicts or cuts and the events of its
-decisions (one durable store call, proxy/pipeline.py `_write`), each with a short
+decisions (one durable store call, proxy/writes.py), each with a short
 preview; and the forwarded prompt's fingerprints, to measure how much of it repeats the
 session's previous prompt (what a provider's prefix cache can serve)."""
 
@@ -19,7 +19,7 @@ def record(rt: RouteRuntime, conv: Conversation, fit: Fit, recall: RecallResult,
            tenant: str, session: str,
            messages: list[dict[str, Any]]) -> tuple[list[EvictedChunk], list[Event]]:
     """Evicted and cut chunks with their events, restore and recall events: what this
-    turn writes, in one durable store call (`Pipeline._write`)."""
+    turn writes, in one durable store call (`Writes.write`, proxy/writes.py)."""
     policy = rt.route.policy
     gone = [(d.part, d.score, "evict", d.reason) for d in fit.new]
     gone += [(p, 0.0, "cut", f"tool output over the window: head and tail kept, "

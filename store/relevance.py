@@ -244,7 +244,6 @@ def _asked(note: list[tuple[str, str, tuple[str, ...]]], q: dict[str, float]
     """A passage's rows that the question's tags name: as recall's reason says them, and
     their probes (what a line of the row holds: recall shows that line first,
     proxy/excerpt.py), the row of the tag the question weighs most first."""
-    named = [(said, probes) for t, said, probes in note if t in q]
-    rows = sorted(((q[t], probes) for t, _, probes in note if t in q and probes),
-                  key=lambda x: -x[0])
-    return ", ".join(said for said, _ in named), tuple(p for _, p in rows)
+    named = [(q[t], said, probes) for t, said, probes in note if t in q]
+    rows = sorted(((w, probes) for w, _, probes in named if probes), key=lambda x: -x[0])
+    return ", ".join(said for _, said, _ in named), tuple(p for _, p in rows)
