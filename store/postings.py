@@ -7,7 +7,10 @@ waits, and each query first indexes the waiting passages that can hold one of it
 terms (a term is a lower-cased substring of the word it came from: a word, an
 identifier or one of its pieces, a stem's prefix; an -ies/-ied stem's "y" is left off),
 found with one `str.find` per term over the waiting text, plus those whose chunk's
-annotation or table header holds it. BM25's length norm counts a passage's characters,
+table header holds it. A chunk's annotation (its call, and what the calling message said)
+holding one is counted in its waiting passages, which are not indexed for it: such
+annotations hold common words ("Next: run the tests"), and a query holding one indexed
+most of a cold history. BM25's length norm counts a passage's characters,
 not its terms, so it is known without indexing: for the terms a query settles, scores and
 document frequencies are the same as if everything had been indexed up front (those it
 does not settle, a reply's words and a question's related words, count among what is
@@ -74,6 +77,8 @@ class Postings:
         self._ids: list[str] = []  # chunk ids in the order added
         # terms a passage counts beyond its text's (`add_terms`), until it is indexed
         self._extra: dict[int, list[str]] = {}
+        # waiting passages whose chunk's annotation is counted already (`_settle`)
+        self._noted: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._chunks)
@@ -180,8 +185,11 @@ class Postings:
         self._blob = None
         tf = Counter(terms(self._text[n]))
         owner = self._owner[n]
-        for t in self._annotated.get(owner, ()):
-            tf[t] += 1
+        if n in self._noted:
+            self._noted.discard(n)
+        else:
+            for t in self._annotated.get(owner, ()):
+                tf[t] += 1
         if self._piece[n]:
             for t in self._heads.get(owner, ()):
                 tf[t] += 1
@@ -210,9 +218,13 @@ class Postings:
         if self._blob is None:
             self._blob = Blob({n: self._text[n] for n in self._waiting})
         hit = self._blob.holders(want)
-        for cid, extra in self._annotated.items():
-            if not want.isdisjoint(extra):
-                hit.update(n for n in self._chunks[cid] if n in self._waiting)
+        for cid, extra in self._annotated.items():  # counted, not indexed: a chunk's
+            if not want.isdisjoint(extra):  # annotation holds common words ("next")
+                once = dict.fromkeys(extra, 1)
+                for n in self._chunks[cid]:
+                    if n in self._waiting and n not in self._noted:
+                        self._count(n, once)
+                        self._noted.add(n)
         for cid, extra in self._heads.items():
             if not want.isdisjoint(extra):
                 hit.update(n for n in self._chunks[cid][1:] if n in self._waiting)
