@@ -168,9 +168,10 @@ def asked_columns(question: str, columns: dict[str, frozenset[str]]) -> dict[str
     named = ends(question)
     if not named:
         return {}
-    words = set(terms(question)) | {w.lower() for w in WORD.findall(question)}
-    for w in WORD.findall(question):
-        implied = COLUMN_WORDS.get(w.lower())
+    said = {w.lower() for w in WORD.findall(question)}
+    words = set(terms(question)) | said  # its stems, and its words ("cover" for `Cover`)
+    for w in said:
+        implied = COLUMN_WORDS.get(w)
         if implied:
             words.update(terms(implied))
     out = {}
