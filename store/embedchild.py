@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from store.embedquery import traced_query
+
 CAN_PAUSE = sys.platform.startswith("linux")  # PR_SET_PDEATHSIG: the module docstring
 _PR_SET_PDEATHSIG = 1
 
@@ -55,6 +57,7 @@ _SAMPLE = ["Uvicorn running on http://0.0.0.0:26692 (Press CTRL+C to quit)",
            '{"reservation_id": "OI5L9G", "status": "confirmed", "cabin": "economy"}',
            "How many people took part in that survey?",
            "The survey was fielded online among 6,098 adults in fourteen countries."]
+_LONG = " ".join(f"line {i}: status=ok id=a{i:04x}" for i in range(120))  # truncated at 256
 
 
 def _in_bf16(st: Any, torch: Any, precision: str) -> Any:
@@ -120,9 +123,14 @@ def child_main(conn: Connection, model: str, batch_size: int,
         if fast is not None:
             st = fast
 
+        # a question alone: through the traced model where it computes encode's vectors
+        one = traced_query(st, torch, _SAMPLE + [_LONG]) if fast is None else None
+
         def encode(texts: list[str], threads: int = 1) -> Any:
             torch.set_num_threads(threads)
             try:
+                if one is not None and len(texts) == 1:
+                    return one(texts[0])
                 return st.encode(texts, batch_size=batch_size, normalize_embeddings=True,
                                  convert_to_numpy=True, show_progress_bar=False)
             finally:
@@ -133,7 +141,8 @@ def child_main(conn: Connection, model: str, batch_size: int,
         for n in range(1, QUERY_WORDS + 1):
             encode(["word " * n], URGENT_THREADS)
         conn.send(("ready", (int(st.get_embedding_dimension() or 0),
-                             "float32" if fast is None else "bfloat16"), os.getpid()))
+                             "float32" if fast is None else "bfloat16",
+                             "eager" if one is None else "traced"), os.getpid()))
     except BaseException as exc:
         with contextlib.suppress(Exception):
             conn.send(("fatal", f"{type(exc).__name__}: {exc}"[:500], os.getpid()))

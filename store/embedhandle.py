@@ -47,8 +47,10 @@ class ChildHandle:
         """Raises ValueError once `close` has run (a caller in another thread may see it)."""
         return bool(self._proc.is_alive())
 
-    def ready(self, stopping: Callable[[], bool], timeout: float) -> tuple[int, str, int]:
-        """Wait for the model to load: (vector size, the precision it computes in, pid).
+    def ready(self, stopping: Callable[[], bool], timeout: float
+              ) -> tuple[int, str, str, int]:
+        """Wait for the model to load: (vector size, the precision it computes in, how it
+        computes a question alone: "traced" or "eager" (store/embedquery.py), pid).
         EmbedderDied if it exits or `timeout` passes first, or once `stopping()`;
         RuntimeError if it reports that the model did not load."""
         started = time.monotonic()
@@ -61,8 +63,8 @@ class ChildHandle:
         kind, value, pid = self._conn.recv()
         if kind != "ready":
             raise RuntimeError(f"the embedding model did not load: {value}")
-        dim, computes = value
-        return int(dim), str(computes), int(pid)
+        dim, computes, queries = value
+        return int(dim), str(computes), str(queries), int(pid)
 
     def ask(self, job_id: int, texts: list[str], urgent: bool) -> tuple[int, str, Any]:
         """Send one job and wait for its answer, `(job id, status, value)`. EmbedderDied

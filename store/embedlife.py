@@ -40,6 +40,7 @@ class ChildLife:
     batch_size: int
     precision: str
     computes: str | None
+    queries: str | None
     ready: Future[int]
     dim: int | None
     pid: int | None
@@ -112,7 +113,7 @@ class ChildLife:
             stopping = self._stopping
         started = time.monotonic()
         try:
-            dim, computes, pid = child.ready(lambda: stopping or self._stopping,
+            dim, computes, queries, pid = child.ready(lambda: stopping or self._stopping,
                                              START_TIMEOUT)
         except (EmbedderDied, RuntimeError, EOFError, OSError) as exc:
             if self._stopping:
@@ -125,11 +126,12 @@ class ChildLife:
             self._reap()
             return False
         self.failures = 0
-        self.dim, self.computes, self.pid = dim, computes, pid
+        self.dim, self.computes, self.queries, self.pid = dim, computes, queries, pid
         if not self.ready.done():
             self.ready.set_result(self.dim)
         log.info("embedder_process_ready", pid=self.pid, model=self.model, dim=self.dim,
-                 precision=self.computes, seconds=round(time.monotonic() - started, 2))
+                 precision=self.computes, queries=self.queries,
+                 seconds=round(time.monotonic() - started, 2))
         return True
 
     def _reap(self) -> None:

@@ -125,6 +125,26 @@ async def test_the_vectors_agree_with_float32s_whatever_the_precision_chosen() -
         auto.close()
 
 
+async def test_a_question_alone_goes_through_the_traced_model_with_encodes_vector(
+        own: SentenceTransformerEmbedder) -> None:
+    """A single text (what a request waits for) is computed by the traced model
+    (store/embedquery.py) and its vector is the one a batch computes through `encode`,
+    for a short question and for a text past the model's 256 tokens alike (the batch in
+    another embedder: each caches what it computed)."""
+    emb = get_embedder("local", "all-MiniLM-L6-v2")
+    assert isinstance(emb, SentenceTransformerEmbedder)
+    await asyncio.gather(emb.load(), own.load())
+    assert emb.process.queries == "traced"
+    stamp = time.time()
+    texts = [f"Which purchase order brings in the restock from the Vietnamese factory {stamp}?",
+             " ".join(f"row {i}: sku=GLV-{i:03d} qty={i * 7} {stamp}" for i in range(150))]
+    alone = [await emb.embed_within([t], 60.0) for t in texts]  # one text a job
+    batch = await own.embed([*texts, f"a third text makes a padded batch {stamp}"])
+    for k, got in enumerate(alone):
+        assert got is not None and got.shape == (1, 384)
+        assert float(np.dot(got[0], batch[k])) >= 0.9999
+
+
 def test_an_unknown_precision_is_refused() -> None:
     with pytest.raises(ValueError) as err:
         SentenceTransformerEmbedder(precision="fp8")
