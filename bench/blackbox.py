@@ -89,7 +89,8 @@ SETS = {"first": _DIR / "blackbox-sessions.json.gz",
         "third": _DIR / "blackbox3-sessions.json.gz",
         "fourth": _DIR / "blackbox4-sessions.json.gz",
         "fifth": _DIR / "blackbox5-sessions.json.gz",
-        "sixth": _DIR / "blackbox6-sessions.json.gz"}
+        "sixth": _DIR / "blackbox6-sessions.json.gz",
+        "seventh": _DIR / "blackbox7-sessions.json.gz"}
 DATA = SETS["first"]
 PACED = ("rwoe", "mask")
 
