@@ -88,23 +88,30 @@ def continued(text: str, nxt: str, qterms: set[str]) -> str:
 
 
 RECORD_BACK_CHARS = 640  # of the previous passage, back to the record a match ends
+LEAD_LINES = 3  # a paragraph's first lines, at most, taken from the passage before
 
 
 def preceded(text: str, prev: str, qterms: set[str]) -> str:
     """The previous passage's lines that open the record `text` starts inside, then
-    `text`: when one of its first `FIELDS_AFTER` lines is a short JSON field
-    (`RECORD_LINE`) that matches the query, and `prev` holds the line that opens its
-    record (a `{` indented less than the field) within its last `RECORD_BACK_CHARS`. A
-    pretty-printed record longer than a passage has its id at the end of one passage
-    (`"cid": "LVL/IPT/887097"`) and the field a question names at the head of the next
-    (`"description": "primary transit"`). `text` itself otherwise."""
+    `text`: when one of its first `FIELDS_AFTER` lines matches the query and the record
+    it belongs to opened in `prev`:
+    - a short JSON field (`RECORD_LINE`), and `prev` holds the line that opens its
+      record (a `{` indented less than the field) within its last `RECORD_BACK_CHARS`. A
+      pretty-printed record longer than a passage has its id at the end of one passage
+      (`"cid": "LVL/IPT/887097"`) and the field a question names at the head of the next
+      (`"description": "primary transit"`);
+    - any other line, and `prev` ends inside a paragraph of at most `LEAD_LINES` lines
+      (after its last blank line): a linter's file path over its findings
+      ("src/trackers/queue.ts" / "  88:11  error  Promises must be awaited"), a commit's
+      hash and author over its date and message.
+    `text` itself otherwise."""
     if not prev.endswith("\n") or prev.endswith("\n\n") or text.startswith("\n"):
         return text
-    hit = next((ln for ln in text.splitlines()[:FIELDS_AFTER]
-                if len(ln) <= RECORD_LINE and ln.lstrip().startswith('"')
+    first = text.splitlines()[:FIELDS_AFTER]
+    hit = next((ln for ln in first if len(ln) <= RECORD_LINE and ln.lstrip().startswith('"')
                 and qterms.intersection(terms(ln))), None)
     if hit is None:
-        return text
+        return _lead(text, prev, qterms, first)
     indent = len(hit) - len(hit.lstrip())
     size = 0
     lines = prev.splitlines()
@@ -118,6 +125,17 @@ def preceded(text: str, prev: str, qterms: set[str]) -> str:
         if ln.strip() in ("}", "},") and len(ln) - len(ln.lstrip()) < indent:
             return text  # another record closed: the match's own opened in no line here
     return text
+
+
+def _lead(text: str, prev: str, qterms: set[str], first: list[str]) -> str:
+    """`preceded`'s second case: the paragraph `prev` ends inside, then `text`."""
+    if not any(qterms.intersection(terms(ln)) for ln in first):
+        return text
+    blank = prev.rfind("\n\n")  # none: the paragraph may have begun a passage earlier
+    lead = prev[blank + 2:]
+    if blank < 0 or len(lead) > RECORD_BACK_CHARS or lead.count("\n") > LEAD_LINES:
+        return text
+    return lead + text
 
 
 def window(line: str, qterms: set[str], chars: int) -> str:

@@ -253,3 +253,45 @@ def test_a_field_that_starts_a_passage_takes_its_records_opening_from_the_one_be
     assert "LVL/IPT/887005" in chosen((k,), 10_000)[0]
     assert sorted(chosen((k, k - 1), 10_000)) == sorted([texts[k], texts[k - 1]])
     assert chosen((k,), len(texts[k]) + 16) == [texts[k]]
+
+
+# a linter's report: each file's path, then its findings indented under it
+LINT = "\n\n".join(
+    f"/home/dev/app/packages/{pkg}/src/{name}.ts\n" + "\n".join(
+        f"  {10 + 7 * j}:{3 + j}  {'error' if (pkg, j) == ('analytics', 0) else 'warning'}  "
+        f"Unexpected any. Specify a different type  @typescript-eslint/no-explicit-any"
+        for j in range(3))
+    for pkg, name in [("ui", f"Widget{i}") for i in range(6)] + [("analytics", "segmentQueue")]
+    + [("ui", f"Panel{i}") for i in range(6)])
+# `git log`: a commit's hash and author, then its date and message
+GITLOG = "\n\n".join(
+    f"commit {i:040x}\nAuthor: {who} <dev{i}@example.com>\nDate:   Tue Nov 0{i % 9 + 1} "
+    f"15:57:00 2024 +0100\n\n    {msg}"
+    for i, (who, msg) in enumerate(
+        [("Arjun Pillai", f"fix(api): retry {i} on 503") for i in range(5)]
+        + [("Mirela Stancu", "feat(storefront): add sales dashboard widget with recharts")]
+        + [("Keisha Morgan", f"ci: cache step {i}") for i in range(5)]))
+
+
+def split_at(text: str, line: str) -> tuple[str, str]:
+    """`text` cut into two passages just before `line` (as a length cut may fall)."""
+    at = text.index(line)
+    return text[:at], text[at:]
+
+
+def test_a_match_that_starts_a_passage_takes_its_paragraphs_first_lines_from_the_one_before(
+        ) -> None:
+    """A line that answers but does not say whose it is (a finding, a commit's date and
+    message) takes the few lines its paragraph opened with in the passage before (the
+    file's path, the commit's hash and author); not a paragraph that is long there, nor
+    one whose start is not in the passage before, nor for a passage that does not match."""
+    prev, text = split_at(LINT, "  10:3  error")
+    got = preceded(text, prev, q("Which file had the one genuine error, not a warning?"))
+    assert got == "/home/dev/app/packages/analytics/src/segmentQueue.ts\n" + text
+    prev, text = split_at(GITLOG, "Date:   Tue Nov 06")
+    got = preceded(text, prev, q("Who wrote the commit that added the sales dashboard?"))
+    assert got.startswith(f"commit {5:040x}\nAuthor: Mirela Stancu") and got.endswith(text)
+    assert preceded(text, prev, q("Which currency?")) == text  # no match in its first lines
+    long_prev = prev + "".join(f"Reviewed-by: r{i}\n" for i in range(4))  # 6 lines
+    assert preceded(text, long_prev, q("the sales dashboard?")) == text
+    assert preceded(text, prev.split("\n\n")[-1], q("the sales dashboard?")) == text
