@@ -1,4 +1,4 @@
-"""Facts kept on workloads written apart: six sets of black-box sessions.
+"""Facts kept on workloads written apart: seven sets of black-box sessions.
 
 Each was written by a helper that saw none of ctxwarden's code or benches, with a
 generator of its own (one-offs, not kept; the sessions are kept as data):
@@ -51,6 +51,14 @@ generator of its own (one-offs, not kept; the sessions are kept as data):
   constraint), each asked at least 35 messages later; its writer was asked for the fifth
   set's mix of question kinds plus details deep in long logs and tracebacks, nested
   config values, and counts. It was measured before it was read (docs/design-notes.md).
+- *seventh* (`tests/data/blackbox7-sessions.json.gz`, 2026-12-06, written to be studied
+  after it was measured): six more domains (a coding agent in a TypeScript monorepo, a
+  PostgreSQL DBA on call, airline crew scheduling, a hospital pharmacy's stock and
+  medication safety, a literature review, SRE on call for a payments API), two sessions
+  each; 12 sessions of 98-101 messages (~43-55k tokens; outputs of ~10 to ~7,700 tokens:
+  query plans, rosters, lint and test reports, git logs, BibTeX, JSON logs, traces), 72
+  facts (48 tool, 12 user, 12 constraint, five of these in the system prompt), each
+  asked 35 or more messages later, with the fifth set's mix of question kinds.
 Questions name neither the answer nor, where avoidable, its label.
 
 Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every
