@@ -38,7 +38,8 @@ MIN_WORDS = frozenset(
     "earliest".split())
 _NOTED = re.compile(r"\s*([-+]?[$€£]?\d[\d,]*(?:\.\d+)?)\s+\(")
 _DAY = re.compile(r"\s*(\d{4})-(\d\d)-(\d\d)(?:[T ](\d\d):(\d\d))?")
-_SPAN = re.compile(r"\s*(?:(\d+)-)?(\d{1,2}):(\d\d):(\d\d)\s*$")  # slurm's 4-07:12:00
+# slurm's 4-07:12:00, a time of day or a duration (13:19:00, a roster's 05:25)
+_SPAN = re.compile(r"\s*(?:(\d+)-)?(\d{1,2}):(\d\d)(?::(\d\d))?\s*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +67,8 @@ COLUMN_WORDS = {
 ABBREVIATIONS = {"avg": "average", "pct": "percent", "%": "percent", "qty": "quantity",
                  "amt": "amount", "temp": "temperature", "txn": "transaction",
                  "txns": "transactions", "cnt": "count", "num": "number", "hrs": "hours",
-                 "mins": "minutes", "secs": "seconds"}
+                 "mins": "minutes", "secs": "seconds", "rpt": "report",
+                 "dep": "departure", "arr": "arrival", "dept": "department"}
 EITHER_WORDS = frozenset({"worst", "best"})  # which end, the column says (coverage, latency)
 _BIG_ONE = re.compile(r"\bthe big ones?\b", re.IGNORECASE)  # "which invoice was the big one"
 

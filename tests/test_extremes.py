@@ -212,3 +212,27 @@ def test_a_short_headers_column_is_named_by_a_longer_word() -> None:
     assert tag("min", {"cover"}) in asked_columns("lowest cover of all?", columns)
     low = {e.tag: e.probes[0] for e in extremes(tables(COVERAGE))}
     assert "csv_export" in low[tag("min", {"cover"})]
+
+
+# a crew roster: report times of day (HH:MM), its columns abbreviated
+ROSTER = "\n".join([
+    "CREW_ID  NAME                RNK   BASE  PAIRING  RPT_UTC  FDP_END  MAX_FDP  SECT",
+    *(f"{40000 + 97 * i}    Crew Member {i:<7} CC    OSL   O{300 + i}A    {6 + i % 9:02d}:"
+      f"{(i * 25) % 60:02d}    {17 + i % 6:02d}:30    11:30    {2 + i % 3}" for i in range(12)),
+    "64033    Pernille Ravnsborg  CPT   OSL   O221A    03:50    16:20    12:30    4",
+    "55657    Jesper Falk         CPT   OSL   O260D    05:25    15:55    10:30    2",
+])
+
+
+def test_a_time_of_day_counts_and_an_abbreviated_header_is_named_by_its_word() -> None:
+    """"The earliest report time" is the roster's `RPT_UTC` (rpt: report) at its lowest:
+    a time of day (`03:50`) counts as its fraction of a day, as a duration does."""
+    assert day("03:50") == pytest.approx((3 * 60 + 50) / 1440)
+    assert day("36:45") == pytest.approx(36.75 / 24)  # hours past a day: a duration
+    assert "report" in column_terms("RPT_UTC")
+    columns = {e.tag: column_terms(e.column) for e in extremes(tables(ROSTER))}
+    got = asked_columns("Who on the Oslo roster had the earliest report time?", columns)
+    best = max(got, key=lambda t: got[t])
+    assert best == tag("min", column_terms("RPT_UTC"))
+    low = {e.tag: e.probes[0] for e in extremes(tables(ROSTER))}
+    assert "Pernille Ravnsborg" in low[best]
