@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from proxy.analysis import rare_tokens
 from store.relevance import Hit, RelevanceIndex
 from store.terms import WORD, terms
 
@@ -43,6 +44,8 @@ TOP = 64  # the best matches looked at: the answer is among them or not found th
 NEAR = 3  # lines between a matched word and the value: a record's fields
 MIN_DIGITS = 3  # "6,098" holds "098"; "14" or "3" is a count any passage may repeat
 MAX_DF = 2  # in at most this many passages: the value is this passage's own
+ECHO_FROM = 3  # the best matches whose agent's messages name the values looked up
+ECHO_MAX_DF = 2  # ... each in at most this many evicted passages among the matches
 
 
 def asks_quantity(words: str) -> bool:
@@ -61,6 +64,29 @@ def users_passages(hits: list[Hit], role_of: Callable[[str], str | None]
     goes before the hotel listings that share its one word with the question."""
     return frozenset((h.chunk_id, h.piece) for h in hits[:TOP]
                      if h.strength < 1.0 and role_of(h.chunk_id) == "user")
+
+
+def echoed_passages(hits: list[Hit], role_of: Callable[[str], str | None],
+                    evicted: set[str], question: str) -> frozenset[tuple[str, int]]:
+    """The evicted passages among the first `TOP` of `hits` that hold a rare value
+    (`proxy.analysis.rare_tokens`: an id, a time, a path) which one of the agent's
+    messages among the first `ECHO_FROM` hits names and the question does not, in at
+    most `ECHO_MAX_DF` of them. The agent says what it found in its words and the value
+    ("A payments-api deploy finished at 14:02, three minutes before the errors
+    started"); a question asks in like words ("the deploy that landed right before the
+    errors began") and the record holding that value holds the answer (the deploy's
+    row: who shipped it). Recall's selection boosts them as it does a stated value."""
+    said = [h for h in hits[:ECHO_FROM] if role_of(h.chunk_id) == "assistant"]
+    values = set().union(*(rare_tokens(h.text) for h in said)) - rare_tokens(question)
+    if not values:
+        return frozenset()
+    holders: dict[str, list[tuple[str, int]]] = {}
+    for h in hits[:TOP]:
+        if h.chunk_id in evicted and role_of(h.chunk_id) != "assistant":
+            for v in values:
+                if v in h.text:
+                    holders.setdefault(v, []).append((h.chunk_id, h.piece))
+    return frozenset(k for ks in holders.values() if len(ks) <= ECHO_MAX_DF for k in ks)
 
 
 def stated_passages(index: RelevanceIndex, hits: list[Hit], qterms: set[str]

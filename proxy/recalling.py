@@ -15,7 +15,13 @@ import asyncio
 import structlog
 
 from policies import PolicyContext
-from proxy.answers import asks_own_words, asks_quantity, stated_passages, users_passages
+from proxy.answers import (
+    asks_own_words,
+    asks_quantity,
+    echoed_passages,
+    stated_passages,
+    users_passages,
+)
 from proxy.chunking import Conversation
 from proxy.fitting import Fit
 from proxy.recall import Block, Recalled, RecallResult, host_of, make_block, select
@@ -58,6 +64,9 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
     if rel.step.asks and asks_own_words(rel.step.words):  # "what did I tell you about…"
         stated |= users_passages(rel.hits, lambda c: m.role if (m := state.meta.get(c))
                                  else None)
+    if rel.step.asks:  # a value the agent named beside the question's words, in its record
+        stated |= echoed_passages(rel.hits, lambda c: m.role if (m := state.meta.get(c))
+                                  else None, state.evicted, rel.step.words)
 
     def choose(recallable: set[str]) -> list[Recalled]:
         return select([h for h in rel.hits if (h.chunk_id, h.piece) not in shown],

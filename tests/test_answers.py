@@ -3,7 +3,14 @@ about the asker's own words what the user wrote (proxy/answers.py)."""
 
 from __future__ import annotations
 
-from proxy.answers import BOOST, asks_own_words, asks_quantity, stated_passages, users_passages
+from proxy.answers import (
+    BOOST,
+    asks_own_words,
+    asks_quantity,
+    echoed_passages,
+    stated_passages,
+    users_passages,
+)
 from proxy.recall import ChunkMeta, select
 from store.relevance import Hit, RelevanceIndex
 
@@ -148,3 +155,46 @@ def test_a_question_about_the_askers_own_words_prefers_what_the_user_wrote() -> 
     assert bm25.index("c5") >= 2  # the listings' many "hotel"s outrank the limit
     assert recalled_for("What ceiling did I give you for a hotel room?")[0] == "c5"
     assert "c5" not in recalled_for("What ceiling does a hotel room have?")  # not the user's
+
+
+# An on-call session: the deploy history a tool printed (evicted), and what the agent said
+# of it in its own words and one value (in context)
+DEPLOYS = "TIME (UTC)        SERVICE       VERSION        SHA      BY          RESULT\n" + "\n".join(
+    f"2024-11-{18 - i // 3:02d} {(14 - i) % 24:02d}:{(2 + 17 * i) % 60:02d}  payments-api  "
+    f"v2024.11.{18 - i // 3:02d}-{i}  {0xabc123 + 977 * i:x}  {who}  succeeded"
+    for i, who in enumerate(["j.ferreira"] + ["r.castillo", "deploy-bot", "m.okafor"] * 6))
+SAID = ("A payments-api deploy finished at 14:02, three minutes before the errors started. "
+        "That's the prime suspect.")
+NOISE = [f"ledger-svc pod ledger-svc-{i} restarted after its deploy; checks green"
+         for i in range(6)]
+
+
+def echo_session(question: str) -> tuple[list[str], frozenset[tuple[str, int]]]:
+    """What recall brings back for `question` (the deploys and the noise evicted, the
+    agent's message in context) and the passages echoed."""
+    idx = RelevanceIndex()
+    idx.add("deploys", DEPLOYS)
+    idx.add("said", SAID)
+    for i, text in enumerate(NOISE):
+        idx.add(f"n{i}", text)
+    meta = {c: ChunkMeta(1, "tool", "TRANSIENT") for c in ["deploys"] + [f"n{i}"
+                                                                          for i in range(6)]}
+    meta["said"] = ChunkMeta(2, "assistant", "TRANSIENT")
+    evicted = set(meta) - {"said"}
+    hits = idx.search(idx.query_terms(question))
+    keys = echoed_passages(hits, lambda c: meta[c].role, evicted, question)
+    got = select(hits, evicted, meta, query=question, min_relevance=0.0, min_relative=0.0,
+                 top_k=2, budget=10_000, count=lambda t: len(t) // 4, stated=keys)
+    return [r.hit.text for r in got], keys
+
+
+def test_a_value_the_agent_named_beside_the_questions_words_finds_its_record() -> None:
+    """The agent's message matches the question's words and names a value ("14:02"); the
+    evicted passage holding that value is the record asked about (the deploy's row: who
+    shipped it), boosted as a stated value is. Not a value the question itself names."""
+    question = "Who shipped the payments-api deploy that landed right before the errors began?"
+    texts, keys = echo_session(question)
+    assert len(DEPLOYS) > 800 and keys  # the history spans passages; one holds 14:02
+    assert all(c == "deploys" for c, _ in keys)
+    assert "j.ferreira" in texts[0]
+    assert echo_session("Who shipped the deploy at 14:02?")[1] == frozenset()
