@@ -159,7 +159,8 @@ def test_a_question_about_the_askers_own_words_prefers_what_the_user_wrote() -> 
 
 # An on-call session: the deploy history a tool printed (evicted), and what the agent said
 # of it in its own words and one value (in context)
-DEPLOYS = "TIME (UTC)        SERVICE       VERSION        SHA      BY          RESULT\n" + "\n".join(
+HEAD = "TIME (UTC)        SERVICE       VERSION        SHA      BY          RESULT\n"
+DEPLOYS = HEAD + "\n".join(
     f"2024-11-{18 - i // 3:02d} {(14 - i) % 24:02d}:{(2 + 17 * i) % 60:02d}  payments-api  "
     f"v2024.11.{18 - i // 3:02d}-{i}  {0xabc123 + 977 * i:x}  {who}  succeeded"
     for i, who in enumerate(["j.ferreira"] + ["r.castillo", "deploy-bot", "m.okafor"] * 6))
