@@ -120,8 +120,8 @@ def tag(end: str, cterms: Iterable[str]) -> str:
 
 def day(cell: Any) -> float | None:
     """A number (also one a note follows in brackets: `568 (4m ago)`), a date
-    (`2024-05-20`, `2024-05-20T14:07`) as its day, or a duration (`4-07:12:00`,
-    `13:19:00`) in days."""
+    (`2024-05-20`, `2024-05-20T14:07`) as its day, or a duration or a time of day
+    (`4-07:12:00`, `13:19:00`, `05:25`) in days."""
     v = number(cell)
     if v is not None or not isinstance(cell, str):
         return v
