@@ -32,6 +32,7 @@ from proxy.replica import Replica
 from proxy.runtime import RouteRuntime, resolve_window, too_long
 from proxy.sent import SentBodies
 from proxy.session import SessionKey, Sessions, SessionState
+from proxy.timing import Laps
 from proxy.tokens import REPLY_PRIMING
 from proxy.turnlog import TurnLog, summary
 from proxy.writes import Writes
@@ -80,17 +81,19 @@ class Pipeline:
         rt = self.runtimes[route.name]
         if self.replica is not None and key.anchor is not None:  # claimed on another?
             await self.replica.claimed(self.sessions.get(tenant, key.id), tenant, key.id)
+        laps = Laps()
         sid, state = self.sessions.resolve(tenant, key)
         state.users += 1  # kept in the LRU while this request waits for its lock too
         try:
             with QUIET.busy():  # background work waits (store/quiet.py)
-                return await self._locked(rt, body, tenant, sid, state, defer, beside)
+                return await self._locked(rt, body, tenant, sid, state, defer, beside, laps)
         finally:
             state.users -= 1
 
     async def _locked(self, rt: RouteRuntime, body: dict[str, Any], tenant: str, sid: str,
-                      state: SessionState, defer: bool, beside: bool = False) -> Prepared:
+                      state: SessionState, defer: bool, beside: bool, laps: Laps) -> Prepared:
         async with state.lock:
+            laps.lap("wait")  # for the session's previous request
             if self.replica is not None:  # another replica may have served it since
                 await self.replica.refresh(state, tenant, sid)
             # The session's first read of the store overlaps the messages' analysis (a
@@ -106,12 +109,15 @@ class Pipeline:
                     known = await self.cold.infos(
                         rt.analyzer, body["messages"], state.prefix,
                         on_cold=lambda: hush.enter_context(self.hush.held()))
+                    laps.lap("analyse")
                 finally:
                     if load is not None:
                         await load
-                prepared = await self._prepare(rt, body, tenant, sid, state, known, asked)
+                laps.lap("load")
+                prepared = await self._prepare(rt, body, tenant, sid, state, known, asked, laps)
                 if not defer:
                     await prepared.commit(beside)
+                    laps.lap("commit")
             self.recount.later(state, rt.analyzer)
             self.sessions.account(tenant, sid, state)
             return prepared
@@ -130,9 +136,10 @@ class Pipeline:
 
     async def _prepare(self, rt: RouteRuntime, body: dict[str, Any], tenant: str, session: str,
                        state: SessionState, known: tuple[list[MsgInfo], int],
-                       asked: str | None = None) -> Prepared:
+                       asked: str | None, laps: Laps) -> Prepared:
         """validate and route happened at the edge; here: chunk → relate → fit → recall →
-        assemble → offload and log (one durable store call) → the body to forward."""
+        assemble → offload and log (one durable store call) → the body to forward; `laps`
+        takes each phase's time (the request log's `phases_ms`)."""
         messages: list[dict[str, Any]] = body["messages"]
         # chunk: classes, turns, references, tool-call groups
         conv = rt.chunker.split(messages, state.prefix, known)
@@ -142,6 +149,7 @@ class Pipeline:
             extra = state.recall_refs.get(p.chunk.id)
             if extra:
                 p.chunk.refs.extend(extra)
+        laps.lap("chunk")
         # relate: lexical relevance of every chunk, in context or evicted, to this step;
         # vectors refine where already computed (the step's own is awaited a few ms)
         if state.vectors is None and self.relater.embedder is not None:
@@ -152,6 +160,7 @@ class Pipeline:
                                   settings.min_similarity, settings.related_words,
                                   settings.question_vector_wait_ms if settings.enabled else 0,
                                   asked, settings.min_relevance, state.evicted)
+        laps.lap("relate")
         # fit: sticky decisions, then the policy, down to the watermark; cut if must
         tools_tokens = rt.counter.request_extras(body)  # tools, functions, schemas
         room, reserved = rt.room(body, tools_tokens)
@@ -167,9 +176,11 @@ class Pipeline:
                 raise too_long(rt, conv, fit, room, reserved, tools_tokens,
                                "max_completion_tokens" if body.get("max_completion_tokens")
                                else "max_tokens")
+        laps.lap("fit")
         # recall: evicted passages the step clearly asks about, within the room left;
         # blocks from earlier turns stay on their messages while nothing else changes
         await self.relater.finish(rel, state.index, state.vectors)
+        laps.lap("vector")  # the question's own, if it was waited for
         # the user asks now: the latest user message or tool result is a user message (a
         # trailing system reminder or assistant prefill does not change that)
         asked_now = next((p.role == "user" for p in reversed(conv.parts)
@@ -180,6 +191,7 @@ class Pipeline:
         if settings.cross_session and not recall.passages and rel.step.text:
             recall = await across_sessions(self.store, rt, conv, fit, recall, tenant, session,
                                              room)
+        laps.lap("recall")
         # assemble: kept messages, stubs and cuts, the recall blocks on their hosts
         costs = [rt.fitter.part_cost(conv, p, fit.evicted) for p in conv.parts]
         out = rt.fitter.assemble(conv, messages, fit.evicted, fit.cuts)
@@ -197,6 +209,7 @@ class Pipeline:
             recall_budget=rt.route.recall.budget(room), tools=tools_tokens,
             tokens_in=tokens_in, tokens_out=tokens_out, recall_tokens=recall.tokens,
             query=recall.query)
+        laps.lap("record")
 
         forwarded = {**body, "messages": out}
 
@@ -223,6 +236,6 @@ class Pipeline:
             turn=conv.logged, tokens_in=tokens_in, tokens_out=tokens_out, budget=room,
             evicted=len(fit.evicted), new_evictions=len(fit.new),
             recalled=sum(len(b.passages) for b in recall.blocks), prefix_ratio=ratio,
-            events=events, pending=commit,
+            events=events, pending=commit, laps=laps,
         )
         return prepared

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.config import RouteSettings
+from proxy.timing import Laps
 from store.base import Event
 
 
@@ -34,6 +35,7 @@ class Prepared:
     pending: Callable[[bool], Awaitable[None]] | None = None
     # A turn that drops nothing, prepared with `beside`: its decisions' write, in flight.
     beside: asyncio.Task[None] | None = None
+    laps: Laps = field(default_factory=Laps)  # where its preparation's time went
 
     async def commit(self, beside: bool = False) -> None:
         """Run what `prepare(defer=True)` deferred (a no-op otherwise, or the second time);
@@ -65,4 +67,5 @@ class Prepared:
                 "turn": self.turn, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
                 "budget": self.budget, "evicted": self.evicted,
                 "new_evictions": self.new_evictions, "recalled": self.recalled,
-                "policy": self.route.policy, "prefix_ratio": round(self.prefix_ratio, 3)}
+                "policy": self.route.policy, "prefix_ratio": round(self.prefix_ratio, 3),
+                "phases_ms": self.laps.rounded()}

@@ -66,3 +66,23 @@ def instrument_upstream(upstream: Any, m: Any) -> None:
         def seen(args: tuple[Any, ...], s: float, stream: str = stream) -> None:
             m.upstream_seconds.labels(args[0].name, stream).observe(s)
         setattr(upstream, op, _timed(getattr(upstream, op), seen))
+
+
+class Laps:
+    """A request's time by phase (`phases_ms` in its log line: proxy/pipeline.py), so an
+    operator can tell where a slow request's overhead went: `lap(name)` adds the time
+    since the previous lap (or since it was made) to `name`."""
+
+    __slots__ = ("_t", "ms")
+
+    def __init__(self) -> None:
+        self._t = time.perf_counter()
+        self.ms: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.ms[name] = self.ms.get(name, 0.0) + (now - self._t) * 1000
+        self._t = now
+
+    def rounded(self) -> dict[str, float]:
+        return {k: round(v, 2) for k, v in self.ms.items()}
