@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from proxy.analysis import rare_tokens
 from store.relevance import Hit, RelevanceIndex
-from store.terms import WORD, terms
+from store.terms import WORD, text_terms
 
 QUANTITY = re.compile(r"\bhow (?:many|much|large|big|long|often|old|far)\b|"
                       r"\b(?:number|size|count|total|amount|percent(?:age)?|price|cost)s?\b",
@@ -108,7 +108,7 @@ def states_value(index: RelevanceIndex, text: str, qterms: set[str]) -> bool:
                 and 0 < index.df(tok.lower()) <= MAX_DF for tok in WORD.findall(ln)):
             continue
         for i in range(max(0, j - NEAR), min(len(lines), j + NEAR + 1)):
-            if not qterms.isdisjoint(terms(lines[i])):
+            if not qterms.isdisjoint(text_terms(lines[i])):
                 return True
     return False
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from store.terms import WORD, terms
+from store.terms import WORD, text_terms
 
 FIELDS_AFTER = 4  # lines after a matched line that hold its record's other fields
 ASKED_ROW = 1000  # a line that is a row the question asked for: before any word match
@@ -33,7 +33,7 @@ def focus(text: str, qterms: set[str], max_tokens: int, count: Any,
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
         return ""
-    scores = [len(qterms.intersection(terms(ln))) for ln in lines]
+    scores = [len(qterms.intersection(text_terms(ln))) for ln in lines]
     for i, ln in enumerate(lines):  # the first-named row first
         j = next((j for j, probes in enumerate(rows) if all(p in ln for p in probes)), None)
         if j is not None:
@@ -73,7 +73,7 @@ def continued(text: str, nxt: str, qterms: set[str]) -> str:
     if not nxt or text.endswith("\n\n") or nxt.startswith("\n"):
         return text
     if not text.endswith("\n"):  # cut inside one long line: minified JSON's records
-        if '":' not in text or not qterms.intersection(terms(text[-CONTINUE_CHARS:])):
+        if '":' not in text or not qterms.intersection(text_terms(text[-CONTINUE_CHARS:])):
             return text
         line = nxt.split("\n", 1)[0]
         if len(line) <= CONTINUE_CHARS:
@@ -81,7 +81,7 @@ def continued(text: str, nxt: str, qterms: set[str]) -> str:
         cut = max(line.rfind(" ", 0, CONTINUE_CHARS), line.rfind(",", 0, CONTINUE_CHARS))
         return text + line[:cut if cut > 0 else CONTINUE_CHARS].rstrip(" ,") + " …"
     tail = text.rstrip().splitlines()[-FIELDS_AFTER:]
-    if not any(len(ln) <= RECORD_LINE and qterms.intersection(terms(ln)) for ln in tail):
+    if not any(len(ln) <= RECORD_LINE and qterms.intersection(text_terms(ln)) for ln in tail):
         return text
     head = "\n".join(nxt.lstrip("\n").splitlines()[:FIELDS_AFTER])[:CONTINUE_CHARS]
     return text.rstrip("\n") + "\n" + head if head.strip() else text
@@ -109,7 +109,7 @@ def preceded(text: str, prev: str, qterms: set[str]) -> str:
         return text
     first = text.splitlines()[:FIELDS_AFTER]
     hit = next((ln for ln in first if len(ln) <= RECORD_LINE and ln.lstrip().startswith('"')
-                and qterms.intersection(terms(ln))), None)
+                and qterms.intersection(text_terms(ln))), None)
     if hit is None:
         return _lead(text, prev, qterms, first)
     indent = len(hit) - len(hit.lstrip())
@@ -129,7 +129,7 @@ def preceded(text: str, prev: str, qterms: set[str]) -> str:
 
 def _lead(text: str, prev: str, qterms: set[str], first: list[str]) -> str:
     """`preceded`'s second case: the paragraph `prev` ends inside, then `text`."""
-    if not any(qterms.intersection(terms(ln)) for ln in first):
+    if not any(qterms.intersection(text_terms(ln)) for ln in first):
         return text
     blank = prev.rfind("\n\n")  # none: the paragraph may have begun a passage earlier
     lead = prev[blank + 2:]
@@ -143,7 +143,7 @@ def window(line: str, qterms: set[str], chars: int) -> str:
     line): the stretch holding the most distinct query terms, starting a little before the
     first of them, cut at spaces and marked " … " where text was left out."""
     spots = [(m.start(), t) for m in WORD.finditer(line)
-             for t in terms(m.group()) if t in qterms]
+             for t in text_terms(m.group()) if t in qterms]
     start = 0
     if spots:  # slide a window of `chars` over the matches: the most distinct terms wins
         inside: Counter[str] = Counter()

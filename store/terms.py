@@ -142,6 +142,14 @@ def terms(text: str) -> list[str]:
     return out
 
 
+@lru_cache(maxsize=8192)
+def text_terms(text: str) -> tuple[str, ...]:
+    """`terms(text)`, remembered by text: recall weighs the same candidate passages and
+    their lines turn after turn, several times each in a turn (proxy/excerpt.py, proxy/
+    recall.py); a question turn spent up to ~5 ms splitting them again."""
+    return tuple(terms(text))
+
+
 def identifiers(text: str) -> list[str]:
     """The distinctive identifiers of `text`: 5+ characters with both a letter and a digit
     (ZFA04Y, mia_li_3668, pg-stg-7741.internal, HAT028), not bare numbers, dates or code

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from store.relevance import RelevanceIndex
-from store.terms import Blob, passages, stem, terms
+from store.terms import Blob, passages, stem, terms, text_terms
 
 FACT = ("Infra notes: the staging database runs on host pg-stg-7741.internal behind the "
         "bastion; backups at 02:00 UTC.")
@@ -42,6 +42,16 @@ def test_a_value_of_a_named_kind_also_yields_the_kind() -> None:
     for s in ("src/app.py:14", "app.py:14", "12:00", "2025-03-07T09:03:12Z", "status:200",
               "x.yaml:3"):
         assert not {"port", "ip", "email"} & set(terms(s)), s
+
+
+def test_a_texts_terms_are_remembered_as_they_were_computed() -> None:
+    """Recall weighs the same passages turn after turn: `text_terms` keeps their terms,
+    the same sequence `terms` gives, and hands the kept one back the next time."""
+    text = "host pg-stg-7741.internal failed in rotateKeys() at 14:07"
+    hits = text_terms.cache_info().hits
+    assert text_terms(text) == tuple(terms(text))
+    assert text_terms(text) is text_terms(text)
+    assert text_terms.cache_info().hits >= hits + 2
 
 
 def test_stop_words_drop_and_stems_meet() -> None:
