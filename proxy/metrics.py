@@ -13,6 +13,8 @@
     ctxwarden_store_seconds{op}                     store calls (record, evicted_ids, …)
     ctxwarden_upstream_seconds{route, stream}       a whole reply, or until a stream opens
     ctxwarden_overhead_seconds{route}               time in the proxy before forwarding
+    ctxwarden_phase_seconds{route, phase}           ... by phase (the request log's
+                                                    `phases_ms`: analyse, relate, fit, …)
     ctxwarden_embed_backlog                         evicted chunks waiting to be embedded
     ctxwarden_embed_lag_seconds                     age of the oldest of them (read from the
                                                     store's `lag()` at scrape time)
@@ -92,6 +94,9 @@ class Metrics:
         self.overhead_seconds = Histogram("ctxwarden_overhead_seconds", "Time in the proxy "
                                           "before forwarding", ["route"], buckets=FAST,
                                           registry=r)
+        self.phase_seconds = Histogram("ctxwarden_phase_seconds", "Time in the proxy "
+                                       "before forwarding, by phase", ["route", "phase"],
+                                       buckets=FAST, registry=r)
         self.embed_backlog = Gauge("ctxwarden_embed_backlog", "Evicted chunks waiting to be "
                                    "embedded", registry=r)
         self.embed_lag = Gauge("ctxwarden_embed_lag_seconds", "Age of the oldest evicted "
@@ -116,6 +121,8 @@ def observe(request: web.Request, p: Prepared, overhead_ms: float) -> None:
         elif e.action == "recall":
             m.recalled.labels(route, e.klass).inc(e.tokens)
     m.overhead_seconds.labels(route).observe(overhead_ms / 1000)
+    for phase, ms in p.laps.ms.items():
+        m.phase_seconds.labels(route, phase).observe(ms / 1000)
 
 
 def observe_usage(request: web.Request, route: str, fields: dict[str, int]) -> None:

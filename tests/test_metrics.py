@@ -90,6 +90,12 @@ async def test_counters_follow_requests_statuses_tokens_and_evictions(
     assert get(m, up, route="test", stream="false") == 2  # one reply, one 429
     assert get(m, up, route="test", stream="true") == 1
     assert get(m, "ctxwarden_overhead_seconds_count", route="test") == 3
+    for phase in ("analyse", "relate", "fit", "commit"):  # each request's phases too
+        assert get(m, "ctxwarden_phase_seconds_count", route="test", phase=phase) == 3
+    assert 0 < sum(get(m, "ctxwarden_phase_seconds_sum", route="test", phase=phase)
+                   for phase in ("wait", "analyse", "load", "chunk", "relate", "fit",
+                                 "vector", "recall", "record", "commit")) <= get(
+        m, "ctxwarden_overhead_seconds_sum", route="test")
     assert get(m, "ctxwarden_store_seconds_count", op="record") >= 1
     assert get(m, "ctxwarden_store_seconds_count", op="evicted_ids") == 2  # m1 and m2, once each
 
