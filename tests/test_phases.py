@@ -46,4 +46,7 @@ async def test_each_request_logs_its_phases(aiohttp_client: Any, upstream: Any) 
         assert all(isinstance(v, float) and v >= 0 for v in phases.values())
         # the phases are the preparation; the overhead adds the body's read and the route
         assert sum(phases.values()) <= line["overhead_ms"] + 0.1 * len(PHASES)
+    cold = lines[0]["phases_ms"]
     assert lines[0]["new_evictions"] > 0  # the cold history evicted: commit wrote chunks
+    # its analysis, relating and fit did measurable work: the laps are timed, not zeros
+    assert min(cold["analyse"], cold["relate"], cold["fit"]) > 0
