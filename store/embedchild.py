@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from store.embedonnx import onnx_query
 from store.embedquery import traced_query
 
 CAN_PAUSE = sys.platform.startswith("linux")  # PR_SET_PDEATHSIG: the module docstring
@@ -123,8 +124,16 @@ def child_main(conn: Connection, model: str, batch_size: int,
         if fast is not None:
             st = fast
 
-        # a question alone: through the traced model where it computes encode's vectors
-        one = traced_query(st, torch, _SAMPLE + [_LONG]) if fast is None else None
+        # a question alone: through ONNX Runtime, else the traced model, where it computes
+        # encode's vectors
+        one, queries = None, "eager"
+        if fast is None:
+            one = onnx_query(st, torch, model, _SAMPLE + [_LONG], URGENT_THREADS)
+            queries = "onnx"
+            if one is None:
+                one, queries = traced_query(st, torch, _SAMPLE + [_LONG]), "traced"
+            if one is None:
+                queries = "eager"
 
         def encode(texts: list[str], threads: int = 1) -> Any:
             torch.set_num_threads(threads)
@@ -142,7 +151,7 @@ def child_main(conn: Connection, model: str, batch_size: int,
             encode(["word " * n], URGENT_THREADS)
         conn.send(("ready", (int(st.get_embedding_dimension() or 0),
                              "float32" if fast is None else "bfloat16",
-                             "eager" if one is None else "traced"), os.getpid()))
+                             queries), os.getpid()))
     except BaseException as exc:
         with contextlib.suppress(Exception):
             conn.send(("fatal", f"{type(exc).__name__}: {exc}"[:500], os.getpid()))

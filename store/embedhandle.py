@@ -50,7 +50,8 @@ class ChildHandle:
     def ready(self, stopping: Callable[[], bool], timeout: float
               ) -> tuple[int, str, str, int]:
         """Wait for the model to load: (vector size, the precision it computes in, how it
-        computes a question alone: "traced" or "eager" (store/embedquery.py), pid).
+        computes a question alone: "onnx", "traced" or "eager" (store/embedonnx.py,
+        store/embedquery.py), pid).
         EmbedderDied if it exits or `timeout` passes first, or once `stopping()`;
         RuntimeError if it reports that the model did not load."""
         started = time.monotonic()

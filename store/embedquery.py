@@ -37,13 +37,19 @@ def traced_query(st: Any, torch: Any, samples: Sequence[str]
         return None
 
 
-def _build(st: Any, torch: Any, samples: Sequence[str]) -> Callable[[str], np.ndarray] | None:
+def mean_pooled(st: Any) -> bool:
+    """Whether `st` is a Transformer, mean Pooling, Normalize (all-MiniLM-L6-v2's shape):
+    the one these paths compute exactly."""
     names = [type(m).__name__ for m in st]
     if names != ["Transformer", "Pooling", "Normalize"]:
-        return None
+        return False
     pooling = st[1]  # sentence-transformers 5: `pooling_mode`; earlier: a flag per mode
-    if getattr(pooling, "pooling_mode", None) != "mean" and getattr(
-            pooling, "pooling_mode_mean_tokens", False) is not True:
+    return getattr(pooling, "pooling_mode", None) == "mean" or getattr(
+        pooling, "pooling_mode_mean_tokens", False) is True
+
+
+def _build(st: Any, torch: Any, samples: Sequence[str]) -> Callable[[str], np.ndarray] | None:
+    if not mean_pooled(st):
         return None
     model = st[0].auto_model.eval()
     prepare = getattr(st, "preprocess", None) or st.tokenize

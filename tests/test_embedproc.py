@@ -125,16 +125,16 @@ async def test_the_vectors_agree_with_float32s_whatever_the_precision_chosen() -
         auto.close()
 
 
-async def test_a_question_alone_goes_through_the_traced_model_with_encodes_vector(
+async def test_a_question_alone_goes_through_onnx_runtime_with_encodes_vector(
         own: SentenceTransformerEmbedder) -> None:
-    """A single text (what a request waits for) is computed by the traced model
-    (store/embedquery.py) and its vector is the one a batch computes through `encode`,
+    """A single text (what a request waits for) is computed by ONNX Runtime
+    (store/embedonnx.py) and its vector is the one a batch computes through `encode`,
     for a short question and for a text past the model's 256 tokens alike (the batch in
     another embedder: each caches what it computed)."""
     emb = get_embedder("local", "all-MiniLM-L6-v2")
     assert isinstance(emb, SentenceTransformerEmbedder)
     await asyncio.gather(emb.load(), own.load())
-    assert emb.process.queries == "traced"
+    assert emb.process.queries == "onnx"
     stamp = time.time()
     texts = [f"Which purchase order brings in the restock from the Vietnamese factory {stamp}?",
              " ".join(f"row {i}: sku=GLV-{i:03d} qty={i * 7} {stamp}" for i in range(150))]
@@ -143,6 +143,26 @@ async def test_a_question_alone_goes_through_the_traced_model_with_encodes_vecto
     for k, got in enumerate(alone):
         assert got is not None and got.shape == (1, 384)
         assert float(np.dot(got[0], batch[k])) >= 0.9999
+
+
+async def test_the_onnx_export_is_kept_for_the_next_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child exports the model to ONNX once and keeps it in `CTXWARDEN_CACHE_DIR`
+    (store/embedonnx.py); a child started later reads that file, not exporting again."""
+    monkeypatch.setenv("CTXWARDEN_CACHE_DIR", str(tmp_path / "cache"))
+    for start in range(2):
+        emb = SentenceTransformerEmbedder("all-MiniLM-L6-v2")  # a child of its own
+        try:
+            await emb.load()
+            assert emb.process.queries == "onnx"
+        finally:
+            emb.close()
+        kept = list((tmp_path / "cache").iterdir())
+        assert [p.suffix for p in kept] == [".onnx"] and kept[0].name.startswith("query-")
+        if start == 0:
+            first = kept[0].stat().st_mtime_ns
+        else:
+            assert kept[0].stat().st_mtime_ns == first
 
 
 def test_an_unknown_precision_is_refused() -> None:
