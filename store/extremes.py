@@ -32,10 +32,10 @@ from store.terms import WORD, terms
 
 MAX_WORDS = frozenset(
     "highest largest biggest greatest maximum max peak most top longest heaviest "
-    "costliest priciest busiest latest newest".split())
+    "costliest priciest busiest latest newest hottest warmest".split())
 MIN_WORDS = frozenset(
     "lowest smallest least minimum min fewest cheapest shortest bottom lightest "
-    "earliest".split())
+    "earliest coldest coolest".split())
 _NOTED = re.compile(r"\s*([-+]?[$€£]?\d[\d,]*(?:\.\d+)?)\s+\(")
 _DAY = re.compile(r"\s*(\d{4})-(\d\d)-(\d\d)(?:[T ](\d\d):(\d\d))?")
 # slurm's 4-07:12:00, a time of day or a duration (13:19:00, a roster's 05:25)
@@ -47,6 +47,7 @@ class End:
     tag: str  # "~max:<column terms>" or "~min:..."
     column: str  # its header, as printed
     probes: tuple[str, ...]  # what the passage holding the row holds
+    units: frozenset[str] = frozenset()  # what its cells' unit says it holds (`unit_terms`)
 
 
 # what a question's word says of the column it means: "the cheapest" is a cost or a
@@ -154,19 +155,54 @@ def _in_table(header: Any, rows: list[Row]) -> Iterator[End]:
         cterms = column_terms(name)
         if not cterms or len(vals) < 2:
             continue
+        # what its cells' unit says it holds: `top_oil` in °C is a temperature
+        j = next(j for j, h in enumerate(header) if str(h) == name)
+        units = unit_terms(cells[j] for _, cells in rows if j < len(cells)) - cterms
         order = sorted(vals, key=lambda iv: iv[1])
         if order[-1][1] > order[-2][1]:
-            yield End(tag("max", cterms), name, rows[order[-1][0]][0])
+            yield End(tag("max", cterms), name, rows[order[-1][0]][0], units)
         if order[0][1] < order[1][1]:
-            yield End(tag("min", cterms), name, rows[order[0][0]][0])
+            yield End(tag("min", cterms), name, rows[order[0][0]][0], units)
 
 
-def asked_columns(question: str, columns: dict[str, frozenset[str]]) -> dict[str, float]:
+# what a column whose cells carry a unit holds, when its header does not say
+# (not a time's: `550ms` under START is an offset, `39h` under AGE an age, and a header
+# says which)
+UNITS = {"°c": "temperature", "°f": "temperature", "°": "temperature", "%": "percent",
+         "kb": "size", "mb": "size", "gb": "size", "tb": "size", "kib": "size",
+         "mib": "size", "gib": "size", "$": "cost price amount", "€": "cost price amount",
+         "£": "cost price amount"}
+_UNIT_OF = re.compile(r"\s*[-+−]?\s*([$€£])?\s*\d[\d,]*(?:\.\d+)?\s*([A-Za-z%°µ/]{0,6})\s*$")
+
+
+def unit_terms(cells: Iterable[Any]) -> frozenset[str]:
+    """The terms `UNITS` gives the unit that most of a column's cells carry, at least
+    70 % of them (`78.4 °C`, `$1,250.00`, `320 ms`); none for bare numbers."""
+    units: dict[str, int] = {}
+    n = 0
+    for cell in cells:
+        n += 1
+        m = _UNIT_OF.match(cell) if isinstance(cell, str) else None
+        if m is not None:
+            unit = (m.group(1) or m.group(2)).lower()
+            if unit:
+                units[unit] = units.get(unit, 0) + 1
+    if not units:
+        return frozenset()
+    unit, count = max(units.items(), key=lambda kv: kv[1])
+    words = UNITS.get(unit)
+    return frozenset(terms(words)) if words and count >= 0.7 * n else frozenset()
+
+
+def asked_columns(question: str, columns: dict[str, frozenset[str]],
+                  units: dict[str, frozenset[str]] | None = None) -> dict[str, float]:
     """The column tags (of `columns`: tag -> its column's terms) that `question` asks
     for: an end it names, and how well its words (with what they say of a column,
     `COLUMN_WORDS`) match the column's: the terms both hold over the root of the
     column's count, a cosine but for the question's constant length ("money per
-    conversion" matches `Cost / conv.`, 3 of 3, over `Conversions`, 1 of 1)."""
+    conversion" matches `Cost / conv.`, 3 of 3, over `Conversions`, 1 of 1). Where none
+    of its header's terms is the question's, a column's `units` terms (tag ->
+    `unit_terms`) count as one: "the hottest" finds `top_oil` in °C."""
     named = ends(question)
     if not named:
         return {}
@@ -180,6 +216,8 @@ def asked_columns(question: str, columns: dict[str, frozenset[str]]) -> dict[str
     for t, cterms in columns.items():
         if t[1:4] in named:
             held = sum(1 for c in cterms if _holds(words, c))
+            if not held and units and any(_holds(words, c) for c in units.get(t, ())):
+                held = 1  # its unit's words, where its header's hold none of the question's
             if held:
                 out[t] = held / math.sqrt(len(cterms))
     return out

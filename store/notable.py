@@ -12,9 +12,11 @@ a term no text yields) in the lexical index, and a question's words that name a 
 unchanged, and a step that is no question never matches a tag.
 
 Tables: a JSON list of five or more records (at the top or up to three levels down), or
-six or more consecutive lines with the same number of cells split at `|` (markdown),
-tabs, commas (CSV, quoted fields honoured) or runs of two or more spaces (a command's
-columns), the first a header when none of its cells is a number. A column counts when at
+six or more consecutive lines with the same number of cells (three or more; two at tabs
+or runs of spaces where one is a number in every row: `value_counts()`, `uniq -c`) split
+at `|` (markdown), tabs, commas (CSV, quoted fields honoured) or runs of two or more
+spaces (a command's columns), the first a header when none of its cells is a number; a
+rule line (`|---|`, `-----  ---`) is no row. A column counts when at
 least five of its cells, and 70 % of its rows, are numbers (`1,234.50`, `-11`, `$0.95`,
 `-18.74 dBm`, `T=35.4 °C`; not dates, times, versions or addresses). In such a column a
 row is notable when it is
@@ -64,8 +66,11 @@ WORDS = {
     "negative": "negative zero minus deficit shortfall oversold overdrawn overpaid "
                 "overpayment",
     "nonzero": "nonzero non-zero discrepancy discrepancies mismatch mismatched unbalanced gap",
-    "highest": "highest largest biggest greatest maximum peak worst outlier",
-    "lowest": "lowest smallest least minimum cheapest fewest worst outlier drop dropped dip",
+    # a spike stands above the rows either side of it: a peak, as much as a step up
+    "highest": "highest largest biggest greatest maximum peak worst outlier hottest warmest "
+               "heaviest spike spiked spikes surge surged",
+    "lowest": "lowest smallest least minimum cheapest fewest worst outlier drop dropped dip "
+              "coldest coolest lightest",
     "jump": "jump jumped jumps jumping spike spiked surge surged suddenly",
     "odd": "problem problems fail failed failing failure flagged alarm alarms anomaly "
            "anomalous abnormal unusual odd missing without empty blank untagged unlabeled "
@@ -120,7 +125,7 @@ SPREAD = 8  # median absolute deviations from the median: a value that stands al
 
 _NUMBER = re.compile(r"\s*(?:[A-Za-z_][\w.]{0,15}=\s*)?([-+−]?)\s*[$€£]?\s*(\d[\d,]*(?:\.\d+)?)")
 _UNIT = re.compile(r"[A-Za-z%°µ/]{0,6}")  # not 2024-08-18, 10.4.2.17, 12:30, 1/1, 5d3h
-_RULE = re.compile(r"^[\s|:\-+]+$")  # a markdown table's |---|---| line
+_RULE = re.compile(r"^[\s|:\-+=]+$")  # a markdown table's |---|---| line, a command's ----
 _SPACES = re.compile(r"\s{2,}")  # a command's columns
 
 
@@ -341,17 +346,25 @@ def _id_key(records: list[dict[str, Any]], keys: list[str]) -> str | None:
 
 
 def _blocks(lines: list[str], sep: str) -> Iterator[Table]:
-    """Runs of MIN_ROWS or more lines split into the same number (3+) of cells."""
+    """Runs of MIN_ROWS or more lines split into the same number of cells: three or more,
+    or two where one of them is a number in every line (a count beside a name, as
+    `value_counts()`, `uniq -c` or `du` print them). A rule line (`-----  ----`, `|---|`)
+    is no row."""
     run: list[tuple[str, list[str]]] = []
     for line, cells in zip(lines, _split(lines, sep), strict=True):
-        if sep == "|" and _RULE.match(line) and run:
+        if _is_rule(line):
             continue
         if run and len(cells) != len(run[0][1]):
             yield from _block(run)
             run = []
-        if len(cells) >= 3:
+        if len(cells) >= 2 and sep in ("  ", "\t") or len(cells) >= 3:
             run.append((line, cells))
     yield from _block(run)
+
+
+def _is_rule(line: str) -> bool:
+    s = line.strip()
+    return bool(s) and ("-" in s or "=" in s) and _RULE.match(s) is not None
 
 
 def _block(run: list[tuple[str, list[str]]]) -> Iterator[Table]:
@@ -360,6 +373,9 @@ def _block(run: list[tuple[str, list[str]]]) -> Iterator[Table]:
     first = run[0][1]
     header = first if all(number(c) is None for c in first) else None
     body = run[1:] if header is not None else run
+    if len(first) == 2 and not any(all(number(cells[j]) is not None for _, cells in body)
+                                   for j in (0, 1)):
+        return  # two cells: a name and its count, or no table (`key  value` lines)
     yield header, [((line.strip(),), cells) for line, cells in body]
 
 

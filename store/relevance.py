@@ -54,6 +54,7 @@ class RelevanceIndex(Postings):
         self._notes: dict[int, list[tuple[str, str, tuple[str, ...]]]] = {}
         # the tags of the columns' ends found (store/extremes.py) -> the column's terms
         self._columns: dict[str, frozenset[str]] = {}
+        self._units: dict[str, frozenset[str]] = {}  # tag -> its column's unit's terms
 
     @property
     def unexamined(self) -> int:
@@ -83,6 +84,8 @@ class RelevanceIndex(Postings):
                 self.add_terms(nums[k], [e.tag for e in top])
                 for e in top:
                     self._columns[e.tag] = column_terms(e.column)
+                    if e.units:
+                        self._units[e.tag] = self._units.get(e.tag, frozenset()) | e.units
                 self._notes.setdefault(nums[k], []).extend(
                     (e.tag, f"{e.tag[1:4]} {e.column}", e.probes) for e in top)
         self._examined = stop
@@ -97,7 +100,7 @@ class RelevanceIndex(Postings):
         if not (tags or ends(question)):
             return {}
         self.examine()
-        columns = asked_columns(question, self._columns)
+        columns = asked_columns(question, self._columns, self._units)
         self._settle([*tags, *columns])
         out = {t: NOTABLE_WEIGHT * self._idf(t) for t in tags if t in self._post}
         out.update((t, NOTABLE_WEIGHT * share * self._idf(t)) for t, share in columns.items()

@@ -6,10 +6,19 @@ from __future__ import annotations
 import pytest
 
 from proxy.excerpt import focus
-from store.extremes import asked_columns, column_terms, day, ends, extremes, tag
+from store.extremes import (
+    asked_columns,
+    column_terms,
+    day,
+    ends,
+    extremes,
+    tag,
+    unit_terms,
+)
 from store.fixedwidth import fixed_tables
 from store.notable import tables
 from store.relevance import RelevanceIndex
+from store.terms import terms
 
 # `kubectl get pods -A` as printed: a restart count with a note, a long status widening
 # its column, every value under its name
@@ -164,11 +173,35 @@ def test_warmth_and_room_name_their_columns() -> None:
     columns = {tag(end, column_terms(c)): column_terms(c)
                for c in ("PRODUCT TEMP", "PCT", "FILES") for end in ("max", "min")}
     got = asked_columns("Which delivery arrived the warmest of all?", columns)
-    assert set(got) == {tag("max", column_terms("PRODUCT TEMP")),
-                        tag("min", column_terms("PRODUCT TEMP"))}
+    assert set(got) == {tag("max", column_terms("PRODUCT TEMP"))}  # the top only
+    got = asked_columns("Which freezer ran the coldest?", columns)
+    assert set(got) == {tag("min", column_terms("PRODUCT TEMP"))}
     got = asked_columns("Which group was closest to running out of space?", columns)
     assert tag("max", column_terms("PCT")) in got
     assert not any("file" in t for t in got)
+
+
+def test_a_columns_unit_says_what_it_holds_when_its_header_does_not() -> None:
+    """`top_oil` in °C is a temperature: "the hottest" asks for its top as it would for
+    `temp`'s; the unit's words count beside the header's, not in its share, so a
+    question naming the header scores as before. Bare numbers carry no unit."""
+    rows = [(f"S{i}  T{i}  {a}  {t} °C", [f"S{i}", f"T{i}", str(a), f"{t} °C"])
+            for i, (a, t) in enumerate([(324, 78.4), (844, 79.4), (531, 104.6),
+                                        (456, 85.8), (496, 92.1), (248, 64.7)])]
+    found = extremes([(["station", "xfmr", "amps", "top_oil"], [((line,), c)
+                                                               for line, c in rows])])
+    top = next(e for e in found if e.tag == tag("max", column_terms("top_oil")))
+    assert top.probes == ("S2  T2  531  104.6 °C",) and top.units == frozenset({"temperatur"})
+    assert next(e for e in found if e.column == "amps").units == frozenset()
+    columns = {e.tag: column_terms(e.column) for e in found}
+    units = {e.tag: e.units for e in found if e.units}
+    got = asked_columns("Which transformer was running hottest, and how hot was it?",
+                        columns, units)
+    assert set(got) == {top.tag}
+    assert asked_columns("Which transformer was running hottest?", columns) == {}
+    assert unit_terms(["$1,250.00", "$75.10", "$3.00"]) == frozenset(terms("cost price amount"))
+    assert unit_terms(["32 %", "41 %", "12"]) == frozenset()  # 2 of 3: under 70 %
+    assert unit_terms(["320 ms", "41 ms", "12 ms"]) == frozenset()  # a header says which time
 
 
 def test_a_recalled_passage_too_long_for_its_room_shows_the_row_asked_for() -> None:

@@ -146,6 +146,44 @@ def test_prose_short_outputs_and_tables_full_of_oddities_have_none() -> None:
     assert notable(wild) == [] and notable(spiky) == []
 
 
+def test_a_rule_under_an_aligned_header_is_no_row() -> None:
+    """`-------  ----` under a command's header is no row, so no odd one: the roster
+    below has none (the rule was once the odd cell of every column)."""
+    roster = "\n".join([
+        "crew     foreman   size  yard       status",
+        "-------  --------  ----  ---------  --------------",
+        *(f"{c:<7}  {f:<8}  {n:>4}  {y:<9}  {st}" for c, f, n, y, st in [
+            ("TRB-07", "Romero", 4, "Harlan", "available"),
+            ("VEG-11A", "Brooks", 3, "Harlan", "on site"),
+            ("SUB-02A", "Larsen", 6, "Eastfield", "en route"),
+            ("UG-38", "Haddad", 4, "Harlan", "on site"),
+            ("UG-08C", "Kim", 4, "Eastfield", "available"),
+            ("LN-15A", "Brooks", 3, "Norcross", "en route"),
+            ("TRB-35C", "Fontaine", 5, "Eastfield", "en route")])])
+    assert notable(roster) == []
+
+
+def test_a_count_beside_each_name_is_a_table_of_two_columns() -> None:
+    """pandas' `value_counts()` (a name and its count a line): the tier far below the
+    rest is the lowest. Two cells a line that are not name and number are no table."""
+    counts = "\n".join(["plan_type", *(f"{name:<28} {n}" for name, n in [
+        ("basic_5g", 14877), ("family_4line", 12904), ("unlimited_plus", 11263),
+        ("prepaid_flex", 9718), ("business_lite", 6402), ("senior_value", 6026),
+        ("legacy_unlimited_2019", 212)]), "Name: count, dtype: int64"])
+    assert notable(counts) == [Notable("lowest", "", ("legacy_unlimited_2019        212",))]
+    settings_dump = "\n".join(f"{k:<20}  {v}" for k, v in [
+        ("log_level", "info"), ("region", "eu-west-1"), ("retries", "3"),
+        ("timeout", "30s"), ("cache", "off"), ("owner", "platform"), ("tier", "gold")])
+    assert notable(settings_dump) == []
+
+
+def test_a_spike_asks_for_the_highest_and_hottest_or_coldest_for_one_end() -> None:
+    assert asked("Which five-minute slot had the big spike?") == {TAGS["highest"],
+                                                                  TAGS["jump"]}
+    assert asked("Which transformer was running hottest?") == {TAGS["highest"]}
+    assert asked("Which freezer ran the coldest overnight?") == {TAGS["lowest"]}
+
+
 def test_a_question_names_the_odd_one_by_what_it_lacks_or_how_it_failed() -> None:
     assert asked("Which machine was the big one with no team label on it?") == {
         TAGS["odd"]}
