@@ -1,4 +1,4 @@
-"""Facts kept on workloads written apart: seven sets of black-box sessions.
+"""Facts kept on workloads written apart: eight sets of black-box sessions.
 
 Each was written by a helper that saw none of ctxwarden's code or benches, with a
 generator of its own (one-offs, not kept; the sessions are kept as data):
@@ -59,6 +59,16 @@ generator of its own (one-offs, not kept; the sessions are kept as data):
   query plans, rosters, lint and test reports, git logs, BibTeX, JSON logs, traces), 72
   facts (48 tool, 12 user, 12 constraint, five of these in the system prompt), each
   asked 35 or more messages later, with the fifth set's mix of question kinds.
+- *eighth* (`tests/data/blackbox8-sessions.json.gz`, 2026-12-06, measured first, then
+  studied): six more domains (a coding agent fixing a Rust CLI, a Terraform migration on
+  AWS, a B2B SaaS support desk, a churn analysis in a notebook, a construction project's
+  paperwork, an electricity grid's operations desk), two sessions each; 12 sessions of
+  98-105 messages (~42-55k tokens; cargo and clippy output, Terraform plans and applies,
+  AWS CLI JSON, CloudWatch queries, CRM and billing JSON, pandas prints, RFI and
+  submittal logs, SCADA alarms, rosters), 72 facts (48 tool, 12 user, 12 constraint,
+  three of these in the system prompt), each asked 35 or more messages later. Measured
+  before anything was changed for it: RWOE kept 46 of 72 back to back (22 of 48 tool
+  facts), 55 cold (docs/design-notes.md).
 Questions name neither the answer nor, where avoidable, its label.
 
 Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every
@@ -98,7 +108,8 @@ SETS = {"first": _DIR / "blackbox-sessions.json.gz",
         "fourth": _DIR / "blackbox4-sessions.json.gz",
         "fifth": _DIR / "blackbox5-sessions.json.gz",
         "sixth": _DIR / "blackbox6-sessions.json.gz",
-        "seventh": _DIR / "blackbox7-sessions.json.gz"}
+        "seventh": _DIR / "blackbox7-sessions.json.gz",
+        "eighth": _DIR / "blackbox8-sessions.json.gz"}
 DATA = SETS["first"]
 PACED = ("rwoe", "mask")
 

@@ -26,6 +26,7 @@ from proxy.chunking import Conversation
 from proxy.fitting import Fit
 from proxy.recall import Block, Recalled, RecallResult, host_of, make_block, select
 from proxy.relate import Relevance
+from proxy.results import matched_calls, results_of, with_results
 from proxy.runtime import RouteRuntime
 from proxy.session import SessionState
 from store.base import RecallQuery, Store
@@ -68,23 +69,30 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
         stated |= echoed_passages(rel.hits, lambda c: m.role if (m := state.meta.get(c))
                                   else None, state.evicted, rel.step.words)
 
+    results = results_of(conv) if rel.step.asks else {}
+    calls = matched_calls(rel.hits, results, settings.question_min_relevance)
+
     def choose(recallable: set[str]) -> list[Recalled]:
-        return select([h for h in rel.hits if (h.chunk_id, h.piece) not in shown],
-                      recallable, state.meta, query=query,
-                      min_relevance=(min(settings.min_relevance,
-                                         settings.question_min_relevance)
-                                     if rel.step.asks else settings.min_relevance),
-                      min_relative=settings.min_relative, top_k=settings.top_k,
-                      budget=cap, count=count,
-                      vectors=[v for v in rel.vectors if (v[0].chunk_id, v[0].piece)
-                               not in shown],
-                      min_similarity=settings.min_similarity, related=rel.related,
-                      stated=stated,
-                      following=state.index.following if rel.step.asks else None,
-                      preceding=state.index.preceding if rel.step.asks else None,
-                      header=state.index.header,
-                      question_similarity=(settings.question_min_similarity
-                                           if rel.step.asks else None))
+        chosen = select([h for h in rel.hits if (h.chunk_id, h.piece) not in shown],
+                        recallable, state.meta, query=query,
+                        min_relevance=(min(settings.min_relevance,
+                                           settings.question_min_relevance)
+                                       if rel.step.asks else settings.min_relevance),
+                        min_relative=settings.min_relative, top_k=settings.top_k,
+                        budget=cap, count=count,
+                        vectors=[v for v in rel.vectors if (v[0].chunk_id, v[0].piece)
+                                 not in shown],
+                        min_similarity=settings.min_similarity, related=rel.related,
+                        stated=stated,
+                        following=state.index.following if rel.step.asks else None,
+                        preceding=state.index.preceding if rel.step.asks else None,
+                        header=state.index.header,
+                        question_similarity=(settings.question_min_similarity
+                                             if rel.step.asks else None))
+        if not calls:  # a question: a call it matched brings its results (proxy/results.py)
+            return chosen
+        return with_results(chosen, calls, results, state.index, recallable, state.meta,
+                            count, cap)
 
     chosen = choose(recallable)
     if not chosen:

@@ -258,6 +258,10 @@ class Postings:
     def passage_text(self, n: int) -> str:
         return self._text[n]
 
+    def chunk_hits(self, chunk_id: str) -> list[Hit]:
+        """A chunk's passages, in order, as Hits scoring nothing."""
+        return [self.hit(n) for n in self._chunks.get(chunk_id, ())]
+
     def hit(self, n: int, score: float = 0.0, strength: float = 0.0) -> Hit:
         """Passage `n` as a Hit (for matches found another way: vectors)."""
         return Hit(self._owner[n], self._piece[n], self._text[n], score, strength)
