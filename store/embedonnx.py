@@ -69,8 +69,15 @@ def _build(st: Any, torch: Any, model: str, samples: Sequence[str], threads: int
     # threads that spin after a run would take the proxy's core between questions
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(_exported(st, torch, model, prepare), options,
-                                   providers=["CPUExecutionProvider"])
+    source = _exported(st, torch, model, prepare)
+    try:
+        session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    except Exception:
+        if not isinstance(source, str):
+            raise
+        Path(source).unlink(missing_ok=True)  # a cached file that does not load: again
+        session = ort.InferenceSession(_exported(st, torch, model, prepare), options,
+                                       providers=["CPUExecutionProvider"])
 
     def one(text: str) -> np.ndarray:
         f = prepare([text])

@@ -148,9 +148,13 @@ async def test_a_question_alone_goes_through_onnx_runtime_with_encodes_vector(
 async def test_the_onnx_export_is_kept_for_the_next_start(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The child exports the model to ONNX once and keeps it in `CTXWARDEN_CACHE_DIR`
-    (store/embedonnx.py); a child started later reads that file, not exporting again."""
+    (store/embedonnx.py); a child started later reads that file, not exporting again,
+    and one that finds it spoiled exports it again."""
     monkeypatch.setenv("CTXWARDEN_CACHE_DIR", str(tmp_path / "cache"))
-    for start in range(2):
+    for start in range(3):
+        if start == 2:
+            (spoiled,) = (tmp_path / "cache").iterdir()
+            spoiled.write_bytes(b"not a model")
         emb = SentenceTransformerEmbedder("all-MiniLM-L6-v2")  # a child of its own
         try:
             await emb.load()
@@ -161,8 +165,10 @@ async def test_the_onnx_export_is_kept_for_the_next_start(
         assert [p.suffix for p in kept] == [".onnx"] and kept[0].name.startswith("query-")
         if start == 0:
             first = kept[0].stat().st_mtime_ns
-        else:
+        elif start == 1:
             assert kept[0].stat().st_mtime_ns == first
+        else:
+            assert kept[0].read_bytes() != b"not a model"
 
 
 def test_an_unknown_precision_is_refused() -> None:
