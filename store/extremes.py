@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from store.notable import Row, Table, number, numeric_columns, superlative
+from store.notable import Row, Table, number, numeric_columns, superlative, unit_of
 from store.terms import WORD, terms
 
 MAX_WORDS = frozenset(
@@ -172,21 +172,18 @@ UNITS = {"°c": "temperature", "°f": "temperature", "°": "temperature", "%": "
          "kb": "size", "mb": "size", "gb": "size", "tb": "size", "kib": "size",
          "mib": "size", "gib": "size", "$": "cost price amount", "€": "cost price amount",
          "£": "cost price amount"}
-_UNIT_OF = re.compile(r"\s*[-+−]?\s*([$€£])?\s*\d[\d,]*(?:\.\d+)?\s*([A-Za-z%°µ/]{0,6})\s*$")
 
 
 def unit_terms(cells: Iterable[Any]) -> frozenset[str]:
     """The terms `UNITS` gives the unit that most of a column's cells carry, at least
-    70 % of them (`78.4 °C`, `$1,250.00`, `320 ms`); none for bare numbers."""
+    70 % of them (`78.4 °C`, `$1,250.00`, `12 %`); none for bare numbers."""
     units: dict[str, int] = {}
     n = 0
     for cell in cells:
         n += 1
-        m = _UNIT_OF.match(cell) if isinstance(cell, str) else None
-        if m is not None:
-            unit = (m.group(1) or m.group(2)).lower()
-            if unit:
-                units[unit] = units.get(unit, 0) + 1
+        unit = unit_of(cell)
+        if unit:
+            units[unit] = units.get(unit, 0) + 1
     if not units:
         return frozenset()
     unit, count = max(units.items(), key=lambda kv: kv[1])

@@ -160,6 +160,18 @@ _UNREAD = float("nan")
 _VALUES: dict[str, float | None] = {}
 
 
+def unit_of(cell: Any) -> str | None:
+    """The unit a number cell carries, lower-cased (`78.4 °C`: "°c", `$1,250.00`: "$",
+    `12%`: "%"), "" for a bare number, None for a cell that is no `number`."""
+    if not isinstance(cell, str) or number(cell) is None:
+        return None
+    m = _NUMBER.match(cell)
+    if m is None:  # not reached: `number` matched it
+        return None
+    lead = next((c for c in cell[:m.start(2)] if c in "$€£"), "")
+    return lead or cell[m.end():].strip().lower()
+
+
 def _number(cell: str) -> float | None:
     m = _NUMBER.match(cell)
     if m is None:
