@@ -112,8 +112,19 @@ def without_asides(text: str) -> str:
     return " ".join(kept) if kept else text
 
 
-_WORDS = re.compile(r"[A-Za-z]+")
+_WORDS = re.compile(r"[A-Za-z]+(?:-[A-Za-z]+)*")
 RELATED_WORDS = 48  # a question's last distinct words that bring their related words
+
+
+def _words(text: str) -> list[str]:
+    """`text`'s words, lower-cased; a hyphenated compound also joined ("sign-ins" ->
+    "signins", "rate-limited" -> "ratelimited"), as the idioms (store/idioms.py) list
+    it: its parts alone say something else."""
+    out: list[str] = []
+    for w in _WORDS.findall(text):
+        parts = w.lower().split("-")
+        out.extend(parts if len(parts) == 1 else ["".join(parts), *parts])
+    return out
 
 
 def related_of(step: Step, table: RelatedWords | None, min_similarity: float
@@ -123,7 +134,7 @@ def related_of(step: Step, table: RelatedWords | None, min_similarity: float
     asker's words, not the source's; other steps keep their own words."""
     if table is None or not step.asks or min_similarity >= 1.0:
         return {}
-    words = list(dict.fromkeys(w.lower() for w in reversed(_WORDS.findall(step.query))))
+    words = list(dict.fromkeys(reversed(_words(step.query))))
     return table.expand(words[:RELATED_WORDS], min_similarity)
 
 

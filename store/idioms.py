@@ -4,7 +4,8 @@ The related-words table (store/related.py) is distributional: built from MiniLM'
 embeddings, it joins "big" to "large" and "grew" to "growth", but in plain English. It
 does not know the shop talk that joins a user's words to what a tool prints: a test run
 that "went red" prints FAILED, the address to "point the browser at" is a URL with a
-port, a "machine" is an instance, a "label" a tag, a "ceiling" a cap or a limit. Each
+port, "rate-limited" is a 429, a "machine" is an instance, a "label" a tag, a "ceiling"
+a cap or a limit. A hyphenated compound is listed joined ("ratelimited"). Each
 line here is one such idiom of software, operations, data, research and contracts: the
 question's words, then what a tool's output or a document says for them. They join the
 table's own related words (`RelatedWords.of`) at `WEIGHT`, a middling cosine, so they
@@ -48,6 +49,11 @@ stuck hung hang hangs frozen: timeout timed deadlock blocked
 owner owners owns: maintainer maintainers assignee author
 endpoint endpoints: url http https route path
 charged bill billed: amount total fee fees invoice billed charged
+rejected refused: failed failure denied declined error
+signin signins logon logons: login logins auth authentication
+ratelimited throttled throttling: 429 throttle throttled ratelimit
+cancelled canceled: void voided
+crew crews headcount staffing manpower: workers worker staff
 """
 
 

@@ -181,10 +181,11 @@ class RelevanceIndex(Postings):
         cos: dict[str, float] = {}
         for word, (_, c) in related.items():
             # a code stands whole ("eu-west-2", not "west" and "2"); a short one by its
-            # letters too ("euc1" in gs-euc1-a-3246 is "euc"), never by its number
+            # letters too ("euc1" in gs-euc1-a-3246 is "euc"), never by its number; a
+            # number stands for itself (an idiom's status code: "throttled" -> 429)
             ts = terms(word)
             for t in ts[:1] if "-" in word else ts:
-                if t not in own and not t.isdigit() and c > cos.get(t, 0.0):
+                if t not in own and (t == word or not t.isdigit()) and c > cos.get(t, 0.0):
                     cos[t] = c
         if len(self._waiting) <= self.eager:
             self._settle(cos)

@@ -123,3 +123,29 @@ def test_how_far_ahead_we_must_tell_them_finds_the_notice_clause() -> None:
     assert found[0].chunk_id == "exit", [(h.chunk_id, round(h.score, 2)) for h in found]
     _, alone = ask(index, q, without_idioms())  # "advance" alone finds the invoices
     assert not alone or alone[0].chunk_id != "exit"
+
+
+def gateway_log(hour: int, throttled: str | None) -> str:
+    paths = ["/v2/orders", "/v2/invoices", "/v2/customers", "/v2/webhooks"]
+    lines = [f"2024-06-0{hour % 9 + 1}T{hour:02d}:{m:02d}:11Z GET {paths[m % 4]} 200 "
+             f"{40 + m} ms" for m in range(0, 50, 7)]
+    if throttled:
+        lines += [f"2024-06-0{hour % 9 + 1}T{hour:02d}:5{k}:02Z POST {throttled} 429 3 ms"
+                  for k in range(4)]
+    return "\n".join(lines)
+
+
+def test_a_hyphenated_compound_brings_its_idiom_and_an_idioms_code_counts() -> None:
+    """"Rate-limited" is one word to a reader ("ratelimited": a 429), where its parts
+    alone say nothing of it; the status code is a term an idiom may name, though a
+    number in another related word ("euc1") never counts as one."""
+    index = RelevanceIndex()
+    for h in range(5):
+        index.add(f"gw{h}", gateway_log(h, "/v2/exports/bulk" if h == 3 else None))
+    index.add("plan", "Bulk exports are limited to one per customer per hour.")
+    q = "Which API route got rate-limited the hardest yesterday?"
+    related, found = ask(index, q)
+    assert related["429"] == ("ratelimited", WEIGHT)
+    assert found[0].chunk_id == "gw3", [(h.chunk_id, round(h.score, 2)) for h in found[:4]]
+    _, alone = ask(index, q, without_idioms())
+    assert not alone or alone[0].chunk_id != "gw3"
