@@ -16,12 +16,6 @@ terms it holds (`asked_columns`). "Most" or "top" alone names no row: with a col
 words it does. A superlative whose end depends on the column ("the slowest", "the
 worst", "the oldest") names both ends. Dates count as their day (`2024-05-20`), so
 "the earliest" and "the latest" find them.
-
-A question often narrows the rows first: "the oldest ticket still open", "the biggest
-account we lost". Where a table has a column of a few one-word values (a status, a
-plan, an outcome: `CATEGORIES` at most), each value's rows have their own ends, tagged
-with the value (`~min:opened@open`) when they are not the whole column's: a question
-holding the value counts it as one more of the column's terms (`asked_columns`).
 """
 
 from __future__ import annotations
@@ -54,7 +48,6 @@ class End:
     column: str  # its header, as printed
     probes: tuple[str, ...]  # what the passage holding the row holds
     units: frozenset[str] = frozenset()  # what its cells' unit says it holds (`unit_terms`)
-    among: str = ""  # the value whose rows it is the end of ("open"), else the whole column's
 
 
 # what a question's word says of the column it means: "the cheapest" is a cost or a
@@ -158,7 +151,6 @@ def extremes(found: list[Table]) -> list[End]:
 
 
 def _in_table(header: Any, rows: list[Row]) -> Iterator[End]:
-    groups = _categories(header, rows)
     for name, vals in numeric_columns(header, rows, day):
         cterms = column_terms(name)
         if not cterms or len(vals) < 2:
@@ -166,53 +158,11 @@ def _in_table(header: Any, rows: list[Row]) -> Iterator[End]:
         # what its cells' unit says it holds: `top_oil` in °C is a temperature
         j = next(j for j, h in enumerate(header) if str(h) == name)
         units = unit_terms(cells[j] for _, cells in rows if j < len(cells)) - cterms
-        whole = _ends(vals)
-        for end, i in whole.items():
-            yield End(tag(end, cterms), name, rows[i][0], units)
-        for value, members in groups.items():  # each value's rows' own ends
-            for end, i in _ends([iv for iv in vals if iv[0] in members]).items():
-                if whole.get(end) != i:
-                    yield End(f"{tag(end, cterms)}@{value}", name, rows[i][0], units, value)
-
-
-def _ends(vals: list[tuple[int, float]]) -> dict[str, int]:
-    """"max" and "min" -> the row of each end no other row ties."""
-    if len(vals) < 2:
-        return {}
-    order = sorted(vals, key=lambda iv: iv[1])
-    out = {}
-    if order[-1][1] > order[-2][1]:
-        out["max"] = order[-1][0]
-    if order[0][1] < order[1][1]:
-        out["min"] = order[0][0]
-    return out
-
-
-CATEGORIES = 5  # values of a column that narrows a question's rows ("open", "churned")
-_VALUE = re.compile(r"[A-Za-z]{2,20}")
-
-
-def _categories(header: Any, rows: list[Row]) -> dict[str, set[int]]:
-    """A value's term -> its rows, for each column of a table with a header that holds
-    one word in every row and 2 to `CATEGORIES` different ones; a value of a single row
-    is no group (the odd one out is store/notable.py's)."""
-    out: dict[str, set[int]] = {}
-    for j in range(len(header)):
-        seen: dict[str, set[int]] = {}
-        for i, (_, cells) in enumerate(rows):
-            cell = cells[j] if j < len(cells) else None
-            if not isinstance(cell, str) or _VALUE.fullmatch(cell.strip()) is None:
-                break
-            seen.setdefault(cell.strip().lower(), set()).add(i)
-            if len(seen) > CATEGORIES:
-                break
-        else:
-            if len(seen) >= 2:
-                for value, members in seen.items():
-                    t = terms(value)
-                    if len(members) >= 2 and len(t) == 1:
-                        out.setdefault(t[0], set()).update(members)
-    return out
+        order = sorted(vals, key=lambda iv: iv[1])
+        if order[-1][1] > order[-2][1]:
+            yield End(tag("max", cterms), name, rows[order[-1][0]][0], units)
+        if order[0][1] < order[1][1]:
+            yield End(tag("min", cterms), name, rows[order[0][0]][0], units)
 
 
 # what a column whose cells carry a unit holds, when its header does not say
@@ -262,12 +212,9 @@ def asked_columns(question: str, columns: dict[str, frozenset[str]],
     out = {}
     for t, cterms in columns.items():
         if t[1:4] in named:
-            _, at, value = t.partition("@")
-            if at and value not in words:
-                continue
             held = sum(1 for c in cterms if _holds(words, c))
             if not held and units and any(_holds(words, c) for c in units.get(t, ())):
                 held = 1  # its unit's words, where its header's hold none of the question's
-            if held:  # the value a question narrows the rows by counts as a term held
-                out[t] = (held + bool(at)) / math.sqrt(len(cterms) + bool(at))
+            if held:
+                out[t] = held / math.sqrt(len(cterms))
     return out

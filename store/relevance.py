@@ -87,8 +87,7 @@ class RelevanceIndex(Postings):
                     if e.units:
                         self._units[e.tag] = self._units.get(e.tag, frozenset()) | e.units
                 self._notes.setdefault(nums[k], []).extend(
-                    (e.tag, f"{e.tag[1:4]} {e.column}" + (f" among {e.among}" if e.among
-                                                          else ""), e.probes) for e in top)
+                    (e.tag, f"{e.tag[1:4]} {e.column}", e.probes) for e in top)
         self._examined = stop
         return len(ids) - stop
 

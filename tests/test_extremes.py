@@ -269,38 +269,3 @@ def test_a_time_of_day_counts_and_an_abbreviated_header_is_named_by_its_word() -
     assert best == tag("min", column_terms("RPT_UTC"))
     low = {e.tag: e.probes[0] for e in extremes(tables(ROSTER))}
     assert "Pernille Ravnsborg" in low[best]
-
-
-# a helpdesk's queue: the oldest ticket of all is closed; the oldest still open is not it
-TICKETS = "\n".join([
-    "ticket   status    created      customer            priority",
-    "T-4410   closed    2024-02-02   Fjordline AS        low",
-    "T-4471   open      2024-03-11   Brightwater Ltd     high",
-    "T-4502   closed    2024-03-01   Kessler GmbH        low",
-    "T-4518   open      2024-03-19   Oakridge Dental     normal",
-    "T-4530   pending   2024-03-20   Nimbus Freight      normal",
-    "T-4533   open      2024-03-22   Harbor & Pine       low",
-    "T-4540   pending   2024-03-25   Lumen Schools       high",
-])
-
-
-def test_the_ends_among_a_values_rows_answer_a_question_that_narrows_the_rows() -> None:
-    """"The oldest ticket still open": `status` holds three one-word values, so each
-    value's rows have their own ends where they are not the whole column's; a question
-    holding the value asks for its rows' end above the whole column's, one that does
-    not hold it never for it."""
-    got = {(e.tag, e.probes[0].split()[0]) for e in extremes(tables(TICKETS))}
-    created = tag("min", {"creat"})
-    assert (created, "T-4410") in got  # the oldest of all: closed
-    assert (created + "@open", "T-4471") in got
-    assert (tag("max", {"creat"}) + "@open", "T-4533") in got
-    assert (tag("max", {"creat"}) + "@" + terms("closed")[0], "T-4502") in got
-    assert not any(t.startswith(tag("max", {"creat"}) + "@pending") for t, _ in got)  # the whole's
-    idx = RelevanceIndex()
-    idx.add("queue", TICKETS)
-    ask = "Which customer's ticket was created earliest among the ones still open?"
-    weights = idx.notable_terms(ask)
-    assert weights[created + "@open"] > weights[created]
-    top = idx.search({**idx.query_terms(ask), **weights})[0]
-    assert "Brightwater" in top.text and top.note == "min created, min created among open"
-    assert not any("@" in t for t in idx.notable_terms("Which ticket was created earliest?"))
