@@ -40,6 +40,12 @@ _NOTED = re.compile(r"\s*([-+]?[$€£]?\d[\d,]*(?:\.\d+)?)\s+\(")
 _DAY = re.compile(r"\s*(\d{4})-(\d\d)-(\d\d)(?:[T ](\d\d):(\d\d))?")
 # slurm's 4-07:12:00, a time of day or a duration (13:19:00, a roster's 05:25)
 _SPAN = re.compile(r"\s*(?:(\d+)-)?(\d{1,2}):(\d\d)(?::(\d\d))?\s*$")
+# a duration in units of time: `812.44s`, `12ms`, `7h 45m`, `1d 4h`, `2m30s`: one column
+# may hold `12ms` and `4.71s`, or `45m` and `7h 45m`
+_UNITS = re.compile(r"\s*(?:\d+(?:\.\d+)?\s?(?:d|h|min|m|s|ms|us|µs)\s?){1,4}$")
+_UNIT = re.compile(r"(\d+(?:\.\d+)?)\s?(d|h|min|ms|m|s|us|µs)")
+_DAYS = {"d": 1.0, "h": 1 / 24, "m": 1 / 1440, "min": 1 / 1440, "s": 1 / 86400,
+         "ms": 1 / 86400e3, "us": 1 / 86400e6, "µs": 1 / 86400e6}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +75,8 @@ ABBREVIATIONS = {"avg": "average", "pct": "percent", "%": "percent", "qty": "qua
                  "amt": "amount", "temp": "temperature", "txn": "transaction",
                  "txns": "transactions", "cnt": "count", "num": "number", "hrs": "hours",
                  "mins": "minutes", "secs": "seconds", "rpt": "report",
-                 "dep": "departure", "arr": "arrival", "dept": "department"}
+                 "dep": "departure", "arr": "arrival", "dept": "department",
+                 "dur": "duration", "cum": "cumulative total"}
 EITHER_WORDS = frozenset({"worst", "best"})  # which end, the column says (coverage, latency)
 _BIG_ONE = re.compile(r"\bthe big ones?\b", re.IGNORECASE)  # "which invoice was the big one"
 
@@ -122,7 +129,9 @@ def tag(end: str, cterms: Iterable[str]) -> str:
 def day(cell: Any) -> float | None:
     """A number (also one a note follows in brackets: `568 (4m ago)`), a date
     (`2024-05-20`, `2024-05-20T14:07`) as its day, or a duration or a time of day
-    (`4-07:12:00`, `13:19:00`, `05:25`) in days."""
+    (`4-07:12:00`, `13:19:00`, `05:25`, `7h 45m`, `4.71s`, `12ms`) in days."""
+    if isinstance(cell, str) and _UNITS.match(cell):  # `7h 45m`, `12ms`: in days
+        return sum(float(n) * _DAYS[u] for n, u in _UNIT.findall(cell))
     v = number(cell)
     if v is not None or not isinstance(cell, str):
         return v

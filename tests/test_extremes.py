@@ -269,3 +269,26 @@ def test_a_time_of_day_counts_and_an_abbreviated_header_is_named_by_its_word() -
     assert best == tag("min", column_terms("RPT_UTC"))
     low = {e.tag: e.probes[0] for e in extremes(tables(ROSTER))}
     assert "Pernille Ravnsborg" in low[best]
+
+
+# a controller's schedule: run times in hours and minutes, one of them in minutes alone
+SCHEDULE = "\n".join([
+    "VALVE  ZONE  BLOCK     START  RUN       DAYS         GPM",
+    "V-12   Z-12  Block 4B  22:45  4h 00m    Mon/Wed/Fri  398",
+    "V-14   Z-14  Block 6C  20:45  2h 30m    Tue/Thu/Sat  124",
+    "V-21   Z-21  Block 2A  05:10  45m       Daily        210",
+    "V-40   Z-39  Block 7D  04:00  3h 00m    Every 2d     399",
+    "V-41   Z-41  Block 6C  20:30  7h 45m    Tue/Thu/Sat  188",
+    "V-43   Z-43  Block 1A  06:00  90m       Daily        156",
+])
+
+
+def test_a_duration_in_units_counts_as_its_length_whatever_its_units() -> None:
+    """`7h 45m` is longer than `90m` and `4h 00m`; `4.71s` than `12ms`: one column may
+    print its durations in several units (a schedule, `pprof -list`)."""
+    assert day("7h 45m") == pytest.approx(7.75 / 24) and day("45m") == pytest.approx(45 / 1440)
+    lengths = [day(c) or 0.0 for c in ("4.71s", "850ms", "12ms")]
+    assert lengths == sorted(lengths, reverse=True) and lengths[-1] > 0
+    assert day("1d 4h") == pytest.approx(28 / 24)
+    got = {e.tag: e.probes[0].split()[1] for e in extremes(tables(SCHEDULE))}
+    assert got[tag("max", {"run"})] == "Z-41" and got[tag("min", {"run"})] == "Z-21"
