@@ -295,7 +295,8 @@ def _odd_shapes(cells: list[Any]) -> list[int]:
 
 
 def tables(text: str) -> list[Table]:
-    """The tables of `text`: a JSON list of records, or runs of lines split alike."""
+    """The tables of `text`: a JSON list of records, JSON lines (a structured log), or
+    runs of lines split alike."""
     head = text.lstrip()[:1]
     if head in ("[", "{"):
         try:
@@ -304,15 +305,13 @@ def tables(text: str) -> list[Table]:
             data = None
         if data is not None:
             records = _records(data, 0)
-            if records is None:
-                return []
-            keys = list(dict.fromkeys(k for r in records[:20] for k in r))
-            key = _id_key(records, keys)
-            rows: list[Row] = [((orjson.dumps(r[key]).decode(),) if key else (),
-                                [r.get(k) for k in keys]) for r in records]
-            return [(keys, rows)]
+            return [] if records is None else [_record_table(records)]
     if text.count("\n") < MIN_ROWS - 1:
         return []
+    if text.count("\n{") >= MIN_VALUES - 1:
+        records = _json_lines(text)
+        if records is not None:
+            return [_record_table(records)]
     best: list[Table] = []
     lines = text.splitlines()
     for sep in ("|", "\t", ",", "  "):
@@ -329,6 +328,31 @@ def tables(text: str) -> list[Table]:
         if aligned and (read > before or read == before and all(h is None for h, _ in best)):
             best = aligned
     return best
+
+
+def _record_table(records: list[dict[str, Any]]) -> Table:
+    keys = list(dict.fromkeys(k for r in records[:20] for k in r))
+    key = _id_key(records, keys)
+    return keys, [((orjson.dumps(r[key]).decode(),) if key else (), [r.get(k) for k in keys])
+                  for r in records]
+
+
+def _json_lines(text: str) -> list[dict[str, Any]] | None:
+    """The records of `text`'s lines that are JSON objects, five or more and half its
+    lines at least (a structured log, `kubectl logs` of a JSON logger)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    objects = [line for line in lines if line[:1] == "{" and line[-1:] == "}"]
+    if len(objects) < MIN_VALUES or 2 * len(objects) < len(lines):
+        return None
+    out = []
+    for line in objects:
+        try:
+            r = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(r, dict):
+            out.append(r)
+    return out if len(out) >= MIN_VALUES else None
 
 
 def _records(data: Any, depth: int) -> list[dict[str, Any]] | None:

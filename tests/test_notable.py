@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.notable import TAGS, Notable, asked, notable, number, placed
+from store.extremes import extremes, tag
+from store.notable import TAGS, Notable, asked, notable, number, placed, tables
 from store.relevance import RelevanceIndex
 from store.terms import passages
 
@@ -311,3 +312,20 @@ def test_any_table_is_examined_without_an_error(rows: list[list[str]], sep: str)
     assert all(all(p in text for p in row.probes) for row in found)
     json_rows = json.dumps([dict(zip("abcde", r, strict=False)) for r in rows])
     assert len(notable(json_rows)) <= 6
+
+
+def test_json_lines_are_a_table_of_records() -> None:
+    """A structured log (`kubectl logs` of a JSON logger) is one record a line: its
+    columns' ends are found as a JSON list's are, placed by the record's first unique
+    field; a text of a few JSON lines among prose is no table."""
+    durations = [28.9, 7.8, 2874.6, 31.0, 12.4, 9.1, 44.0]
+    log = "\n".join(json.dumps({"level": "info", "ts": f"2024-03-21T08:11:{i:02d}.439Z",
+                                "route": "/v2/quote", "dur_ms": d,
+                                "trace_id": f"{i:x}f92f3577b34da6a3ce929d0e0e47"})
+                    for i, d in enumerate(durations))
+    ((header, rows),) = tables(log)
+    assert header == ["level", "ts", "route", "dur_ms", "trace_id"] and len(rows) == 7
+    top = {e.tag: e.probes for e in extremes(tables(log))}
+    assert top[tag("max", {"dur", "durat", "ms"})] == ('"2024-03-21T08:11:02.439Z"',)
+    prose = "Some notes.\n" * 10 + log.splitlines()[0]
+    assert tables(prose) == [] or all(h != header for h, _ in tables(prose))
