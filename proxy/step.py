@@ -83,13 +83,15 @@ def current_step(conv: Conversation) -> Step:
 
 _ASKING = re.compile(r"\?(?:\s|$)|(?:^|[.!:;]\s+|\n)\W*(?:what|which|where|who|whom|whose|"
                      r"when|how|why|remind|recall|remember|did|do you|have you|was|were|"
-                     r"tell me|show me)\b", re.I)
+                     r"tell me|show me|(?:grab|give|get|find|send|pull|dig) (?:me|up|out) "
+                     r"(?:the|that|those)|look up (?:the|that|those))\b", re.I)
 
 
 def asking(text: str) -> bool:
     """A user message that asks something (a question mark, or a sentence that opens with
-    a question word: "Hold on. Remind me which server..."): in an agent loop, a question
-    mid-task is about what the conversation has seen."""
+    a question word: "Hold on. Remind me which server...", or asks to be handed a thing
+    seen: "Grab me the trace ID of..."): in an agent loop, a question mid-task is about
+    what the conversation has seen."""
     return bool(_ASKING.search(text))
 
 

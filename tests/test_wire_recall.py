@@ -270,11 +270,14 @@ def test_what_counts_as_a_question() -> None:
     for q in ("Which server does the staging DB live on?", "what port did it bind",
               "Tell me the order total.", "Remind me of the tracking code", "Is it up? Check.",
               "Hold on. Remind me which server the staging DB lives on.",
-              "Sorry, one thing: which branch do I push to"):
+              "Sorry, one thing: which branch do I push to",
+              "Grab me the trace ID of the slowest request in that first batch of logs.",
+              "Pull up the config value we set for retries."):
         assert asking(q), q
     for s in ("Check module 5.", "The staging DB moves to a new server soon.",
               "Fetch https://x.test/?q=1 and summarise it.", "However, carry on.",
-              "Done with module 3. Next, module 4.", "v1.2: whatever works, ship it."):
+              "Done with module 3. Next, module 4.", "v1.2: whatever works, ship it.",
+              "Get the tests green, then open a PR."):
         assert not asking(s), s
 
 
