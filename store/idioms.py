@@ -54,6 +54,7 @@ signin signins logon logons: login logins auth authentication
 ratelimited throttled throttling: 429 throttle throttled ratelimit
 cancelled canceled: void voided
 crew crews headcount staffing manpower: workers worker staff
+candidate candidates prerelease: rc beta alpha preview
 """
 
 
