@@ -1,4 +1,4 @@
-"""Facts kept on workloads written apart: eight sets of black-box sessions.
+"""Facts kept on workloads written apart: nine sets of black-box sessions.
 
 Each was written by a helper that saw none of ctxwarden's code or benches, with a
 generator of its own (one-offs, not kept; the sessions are kept as data):
@@ -69,6 +69,17 @@ generator of its own (one-offs, not kept; the sessions are kept as data):
   three of these in the system prompt), each asked 35 or more messages later. Measured
   before anything was changed for it: RWOE kept 46 of 72 back to back (22 of 48 tool
   facts), 55 cold (docs/design-notes.md).
+- *ninth* (`tests/data/blackbox9-sessions.json.gz`, 2026-12-06, measured first, then
+  studied): six more domains (a coding agent chasing a goroutine leak in a Go service,
+  dbt on Snowflake, a Prometheus-to-OpenTelemetry migration, a farm's irrigation desk,
+  a customs broker, a newsroom's fact-checking desk), two sessions each; 12 sessions of
+  97-100 messages (~45-49k tokens; pprof top and list, goroutine dumps, go mod graph,
+  JSON-lines logs, dbt run and test logs, PromQL results, alert rules, Grafana JSON,
+  sensor CSV, valve schedules, forecasts, customs entries, tracking events, CMS
+  revisions, wire items), 72 facts (48 tool, 12 user, 12 constraint, five of these in
+  the system prompt), each asked 35 or more messages later, one of them as a request
+  ("Grab me the trace ID of ..."). Measured before anything was changed for it: RWOE
+  kept 55 of 72 back to back (31 of 48 tool facts), 57 cold; mask 53 / 52.
 Questions name neither the answer nor, where avoidable, its label.
 
 Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every
@@ -109,7 +120,8 @@ SETS = {"first": _DIR / "blackbox-sessions.json.gz",
         "fifth": _DIR / "blackbox5-sessions.json.gz",
         "sixth": _DIR / "blackbox6-sessions.json.gz",
         "seventh": _DIR / "blackbox7-sessions.json.gz",
-        "eighth": _DIR / "blackbox8-sessions.json.gz"}
+        "eighth": _DIR / "blackbox8-sessions.json.gz",
+        "ninth": _DIR / "blackbox9-sessions.json.gz"}
 DATA = SETS["first"]
 PACED = ("rwoe", "mask")
 

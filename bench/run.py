@@ -61,7 +61,7 @@ SECTIONS: dict[str, tuple[str, str, Callable[[bool], Any]]] = {
               "to its draw: the same sessions' generator on seeds 0-9, every policy, in "
               "process (bench/seeds.py).", _run("bench.seeds")),
     "blackbox": ("Facts kept on a workload written apart", "Sessions written apart by "
-                 "helpers that saw no code here (eight sets, forty-seven domains nobody "
+                 "helpers that saw no code here (nine sets, fifty-three domains nobody "
                  "here tuned for; the third and fourth are never studied, only counted), "
                  "every policy, in "
                  "process (bench/blackbox.py).",
