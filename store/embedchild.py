@@ -135,13 +135,10 @@ def child_main(conn: Connection, model: str, batch_size: int,
             if one is None:
                 queries = "eager"
 
-        def encode(texts: list[str], urgent: bool) -> Any:
-            # only a question waited on takes the fast path: its session runs on two
-            # threads whatever torch is set to, and a background text on two threads
-            # would take the proxy's core under a backlog
-            torch.set_num_threads(URGENT_THREADS if urgent else 1)
+        def encode(texts: list[str], threads: int = 1) -> Any:
+            torch.set_num_threads(threads)
             try:
-                if one is not None and urgent and len(texts) == 1:
+                if one is not None and len(texts) == 1:
                     return one(texts[0])
                 return st.encode(texts, batch_size=batch_size, normalize_embeddings=True,
                                  convert_to_numpy=True, show_progress_bar=False)
@@ -151,7 +148,7 @@ def child_main(conn: Connection, model: str, batch_size: int,
         # A query's first encode at a new length builds that shape's kernels (~3 ms more
         # than the next): build them for the lengths questions come in before the first.
         for n in range(1, QUERY_WORDS + 1):
-            encode(["word " * n], True)
+            encode(["word " * n], URGENT_THREADS)
         conn.send(("ready", (int(st.get_embedding_dimension() or 0),
                              "float32" if fast is None else "bfloat16",
                              queries), os.getpid()))
@@ -169,7 +166,7 @@ def child_main(conn: Connection, model: str, batch_size: int,
         job_id, texts, urgent = msg
         answer: tuple[int, str, Any]
         try:
-            rows = encode(texts, bool(urgent))
+            rows = encode(texts, URGENT_THREADS if urgent else 1)
             answer = (job_id, "ok", np.asarray(rows, dtype=np.float32))
         except Exception as exc:
             answer = (job_id, "error", f"{type(exc).__name__}: {exc}"[:500])
