@@ -11,7 +11,9 @@ most `PER_WORD`. Morphology (grew, growing, grown), near-synonyms (big/large, be
 started, poll/survey) and, being distributional, antonyms (big/small, high/low): a related
 word counts at its cosine times its idf, never as much as the question's own word, and an
 opposite not at all (`opposite`: a listed pair in its inflected forms, or a negation by
-prefix; the table keeps them, `RelatedWords.of` leaves them out).
+prefix; the table keeps them, `RelatedWords.of` leaves them out). A word whose
+consonant doubled before its ending ("skipped") also stands for its root ("skip",
+`undoubled`), which the stemmer does not reach.
 
 Beside the model's words, the trade's (store/idioms.py): a check that "went red" printed
 FAILED, a "machine" is an instance; they join each word's line at a middling cosine.
@@ -39,6 +41,21 @@ FLOOR = 0.35  # lowest cosine kept in the table (recall.related_words can only r
 READ_MAX = 4096  # words whose lines are kept read (`RelatedWords.of`)
 PER_WORD = 8
 BLOCK = 2048  # rows of the similarity matrix computed at once (~170 MB of float32)
+UNDOUBLED = 0.9  # "skipped" -> skip: the same word, its consonant doubled (`undoubled`)
+_KEPT_DOUBLE = frozenset("aeiouylsfz")  # "passed", "called", "staffed" double them anyway
+
+
+def undoubled(word: str) -> str | None:
+    """The word before its consonant was doubled for -ed, -ing or -er ("skipped",
+    "stopping", "planner": skip, stop, plan), which the stemmer leaves as `skipp`: a tool
+    prints `SKIP=9`, `STOPPED` is `stop`+ed only in English. None for any other word. A
+    question's words only (changing the stemmer moved every index's ranks, and cost two
+    sets three facts: docs/design-notes.md)."""
+    base = stem(word)
+    if (base != word and word.endswith(("ed", "ing", "er", "ers", "ings")) and len(base) >= 4
+            and base[-1] == base[-2] and base[-1] not in _KEPT_DOUBLE):
+        return base[:-1]
+    return None
 
 
 # Opposites the model's distributional neighbours include (`high` -> `low` 0.58, `fail`
@@ -142,9 +159,12 @@ class RelatedWords:
         if near is None:
             line = self.table.get(word)
             said = self.idioms.get(word, ())
-            if not line and not said:
+            single = undoubled(word)
+            if not line and not said and not single:
                 return []
             best = {w: IDIOM_WEIGHT for w in said if w != word}
+            if single:
+                best[single] = UNDOUBLED
             for item in line.split(" ") if line else ():
                 w, _, c = item.rpartition(":")
                 if not opposite(word, w):

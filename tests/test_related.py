@@ -15,7 +15,15 @@ from proxy.config import Settings
 from proxy.step import Step, related_of, search, without_asides
 from store.base import MemoryStore
 from store.embed import PACKAGED_MODEL, resolve_model
-from store.related import FLOOR, RelatedWords, build, opposite, related_words
+from store.related import (
+    FLOOR,
+    UNDOUBLED,
+    RelatedWords,
+    build,
+    opposite,
+    related_words,
+    undoubled,
+)
 from store.relevance import EAGER, RelevanceIndex
 from tests.support.messages import assistant, call, tool, user
 from tests.support.openai_server import UpstreamServer
@@ -210,3 +218,26 @@ async def test_a_question_in_other_words_recalls_the_fact_and_says_which_word_le
     # the same session with related words off: the report's many "report"s win the room
     sent, recalls = await ask(aiohttp_client, upstream, 1.0)
     assert ANSWER not in sent and not any("~" in e["reason"] for e in recalls)
+
+
+def test_a_doubled_consonant_stands_for_its_root() -> None:
+    """"How many tests got skipped?" of a dbt summary that prints `SKIP=9`: the stemmer
+    leaves "skipped" as `skipp`, so the question's word also stands for `skip`; a word
+    that doubles l, s, f or z ("passed", "called") or none ("added") is left alone."""
+    assert [undoubled(w) for w in ("skipped", "stopping", "planner", "tagged")] == [
+        "skip", "stop", "plan", "tag"]
+    assert [undoubled(w) for w in ("passed", "called", "staffed", "added", "skip")] == [
+        None] * 5
+    assert ("skip", UNDOUBLED) in related_words().of("skipped")
+    assert RelatedWords({}, idioms={}).of("stopped") == [("stop", UNDOUBLED)]
+    index = RelevanceIndex()
+    index.add("summary", "10:42:23  Finished running 70 data tests in 41.2s.\n"
+                         "10:42:23  Done. PASS=55 WARN=4 ERROR=2 SKIP=9 TOTAL=70")
+    index.add("note", "The refund tests ran after the fix; two models were rebuilt.")
+    index.add("q", "How many tests got skipped in that run?")
+    step = Step("How many tests got skipped in that run?", "", frozenset({"q"}), asks=True)
+    found = search(index, step, related_of(step, related_words(), 0.35))
+    assert found[0].chunk_id == "summary", [(h.chunk_id, round(h.score, 2)) for h in found]
+    without = search(index, step, related_of(step, RelatedWords({}, idioms={}), 0.35))
+    alone = {h.chunk_id: h.score for h in without}
+    assert found[0].score > alone["summary"]  # `SKIP` counts only through "skipped"
