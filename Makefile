@@ -55,7 +55,7 @@ lint: install
 	$(BIN)/lint-imports --no-logo
 
 bench: install
-	$(BIN)/python -m bench.run --out docs/benchmarks.md
+	$(BIN)/python -m bench.run --out docs/benchmarks.md $(if $(ONLY),--only $(ONLY))
 
 # 200 concurrent sessions x 20 turns through ctxwarden, direct and via plain LiteLLM, at two
 # upstream latencies (several minutes on 2 cores); rewrites its section of docs/reliability.md.
