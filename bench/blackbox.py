@@ -83,7 +83,7 @@ generator of its own (one-offs, not kept; the sessions are kept as data):
 Questions name neither the answer nor, where avoidable, its label.
 
 Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every
-policy), three ways:
+policy; `JOBS` sets at once, a process each), three ways:
 - back to back, lexical path (no embedder), each session's requests in order (a request
   whenever the last message is a user message or a batch's last tool result);
 - cold: each fact's history up to its question, sent whole to a new session;
@@ -98,7 +98,10 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import multiprocessing
+import os
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -203,9 +206,22 @@ def _cell(c: Counter[str]) -> str:
     return f"**{kept}/{asked}** ({kinds})"
 
 
+JOBS = 2  # sets replayed at once, a process each: what each keeps does not depend on timing
+
+
 async def run(quick: bool = False) -> str:
-    return "\n\n".join([f"**The {name} set.** " + await run_set(sessions(path), quick)
-                         for name, path in SETS.items()])
+    loop = asyncio.get_running_loop()
+    jobs = max(1, min(JOBS, os.cpu_count() or 1))
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        bodies = await asyncio.gather(*(loop.run_in_executor(pool, _replayed, name, quick)
+                                        for name in SETS))
+    return "\n\n".join(f"**The {name} set.** {body}" for name, body in zip(SETS, bodies,
+                                                                          strict=True))
+
+
+def _replayed(name: str, quick: bool) -> str:
+    """One set's section, in a worker process of its own."""
+    return asyncio.run(run_set(sessions(SETS[name]), quick))
 
 
 async def run_set(data: list[dict[str, Any]], quick: bool = False) -> str:

@@ -47,10 +47,10 @@ _KEPT_DOUBLE = frozenset("aeiouylsfz")  # "passed", "called", "staffed" double t
 
 def undoubled(word: str) -> str | None:
     """The word before its consonant was doubled for -ed, -ing or -er ("skipped",
-    "stopping", "planner": skip, stop, plan), which the stemmer leaves as `skipp`: a tool
-    prints `SKIP=9`, `STOPPED` is `stop`+ed only in English. None for any other word. A
-    question's words only (changing the stemmer moved every index's ranks, and cost two
-    sets three facts: docs/design-notes.md)."""
+    "stopping", "planner": skip, stop, plan), where the stemmer stops at `skipp` and a
+    tool prints `SKIP=9`; None for any other word. For a question's words only: changing
+    the stemmer itself moved every index's ranks and cost two sets three facts
+    (docs/design-notes.md)."""
     base = stem(word)
     if (base != word and word.endswith(("ed", "ing", "er", "ers", "ings")) and len(base) >= 4
             and base[-1] == base[-2] and base[-1] not in _KEPT_DOUBLE):
