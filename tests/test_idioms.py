@@ -62,13 +62,19 @@ def test_a_check_that_went_red_finds_the_run_that_printed_failed() -> None:
     for n in range(6):
         index.add(f"run{n}", pytest_run(n, "test_refund_rounding" if n == 2 else None))
     index.add("note", "Red team review of the checkout page is booked for Friday.")
-    q = "Which check went red in the earlier test run?"
-    related, found = ask(index, q)
-    assert related["fail"] == ("red", WEIGHT)
-    assert found[0].chunk_id == "run2", [(h.chunk_id, round(h.score, 2)) for h in found[:4]]
     # without the idiom, "red" finds the red team's note, and the runs tie on their words
+    found_by_idiom(index, "Which check went red in the earlier test run?", "fail", "red",
+                   "run2")
+
+
+def found_by_idiom(index: RelevanceIndex, q: str, said: str, asked: str, chunk: str) -> None:
+    """`q`'s word `asked` brings `said` as an idiom, and `chunk` comes first with it and
+    not without the idioms."""
+    related, found = ask(index, q)
+    assert related[said] == (asked, WEIGHT)
+    assert found[0].chunk_id == chunk, [(h.chunk_id, round(h.score, 2)) for h in found[:4]]
     _, alone = ask(index, q, without_idioms())
-    assert alone[0].chunk_id != "run2"
+    assert not alone or alone[0].chunk_id != chunk
 
 
 async def test_back_to_back_with_no_embedder_the_red_check_is_recalled_by_its_idiom(
@@ -143,9 +149,5 @@ def test_a_hyphenated_compound_brings_its_idiom_and_an_idioms_code_counts() -> N
     for h in range(5):
         index.add(f"gw{h}", gateway_log(h, "/v2/exports/bulk" if h == 3 else None))
     index.add("plan", "Bulk exports are limited to one per customer per hour.")
-    q = "Which API route got rate-limited the hardest yesterday?"
-    related, found = ask(index, q)
-    assert related["429"] == ("ratelimited", WEIGHT)
-    assert found[0].chunk_id == "gw3", [(h.chunk_id, round(h.score, 2)) for h in found[:4]]
-    _, alone = ask(index, q, without_idioms())
-    assert not alone or alone[0].chunk_id != "gw3"
+    found_by_idiom(index, "Which API route got rate-limited the hardest yesterday?", "429",
+                   "ratelimited", "gw3")
