@@ -49,7 +49,7 @@ def undoubled(word: str) -> str | None:
     """The word before its consonant was doubled for -ed, -ing or -er ("skipped",
     "stopping", "planner": skip, stop, plan), where the stemmer stops at `skipp` and a
     tool prints `SKIP=9`; None for any other word. For a question's words only: changing
-    the stemmer itself moved every index's ranks and cost two sets three facts
+    the stemmer itself moved every index's ranks and cost the fourth set two facts
     (docs/design-notes.md)."""
     base = stem(word)
     if (base != word and word.endswith(("ed", "ing", "er", "ers", "ings")) and len(base) >= 4
