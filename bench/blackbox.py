@@ -210,10 +210,10 @@ JOBS = 2  # sets replayed at once, a process each: what each keeps does not depe
 
 
 async def run(quick: bool = False) -> str:
-    loop = asyncio.get_running_loop()
+    running = asyncio.get_running_loop()  # not `loop`: that is the replay below
     jobs = max(1, min(JOBS, os.cpu_count() or 1))
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        bodies = await asyncio.gather(*(loop.run_in_executor(pool, _replayed, name, quick)
+        bodies = await asyncio.gather(*(running.run_in_executor(pool, _replayed, name, quick)
                                         for name in SETS))
     return "\n\n".join(f"**The {name} set.** {body}" for name, body in zip(SETS, bodies,
                                                                           strict=True))
