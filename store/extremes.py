@@ -15,7 +15,8 @@ hold a column's terms adds that column's tag, weighted by the share of the colum
 terms it holds (`asked_columns`). "Most" or "top" alone names no row: with a column's
 words it does. A superlative whose end depends on the column ("the slowest", "the
 worst", "the oldest") names both ends. Dates count as their day (`2024-05-20`), so
-"the earliest" and "the latest" find them.
+"the earliest" and "the latest" find them, and what "has been waiting the longest" is
+the earliest of a start's dates (`opened`, `created`: `SINCE_WORDS`).
 """
 
 from __future__ import annotations
@@ -77,6 +78,14 @@ ABBREVIATIONS = {"avg": "average", "pct": "percent", "%": "percent", "qty": "qua
                  "mins": "minutes", "secs": "seconds", "rpt": "report",
                  "dep": "departure", "arr": "arrival", "dept": "department",
                  "dur": "duration", "cum": "cumulative total"}
+# how long a thing has been waiting or open is the distance to its start: "the ticket
+# that has been waiting the longest" is the earliest `opened`, "open the shortest" the
+# latest (a date column's other end from the superlative's). Only with a word of waiting:
+# "the job that ran the longest" is its duration, not its start.
+SINCE_WORDS = {"longest": "min", "shortest": "max"}
+SINCE_COLUMNS = "date created opened started submitted filed received since"
+WAITING = frozenset("been waiting waited open sitting outstanding pending unanswered "
+                    "unresolved stuck idle".split())
 EITHER_WORDS = frozenset({"worst", "best"})  # which end, the column says (coverage, latency)
 _BIG_ONE = re.compile(r"\bthe big ones?\b", re.IGNORECASE)  # "which invoice was the big one"
 
@@ -218,9 +227,13 @@ def asked_columns(question: str, columns: dict[str, frozenset[str]],
         implied = COLUMN_WORDS.get(w)
         if implied:
             words.update(terms(implied))
+    since = {SINCE_WORDS[w] for w in said if w in SINCE_WORDS} if said & WAITING else set()
+    started = set(terms(SINCE_COLUMNS)) if since else set()
     out = {}
     for t, cterms in columns.items():
-        if t[1:4] in named:
+        if t[1:4] in since and any(c in started for c in cterms):
+            out[t] = sum(1 for c in cterms if c in started) / math.sqrt(len(cterms))
+        elif t[1:4] in named:
             held = sum(1 for c in cterms if _holds(words, c))
             if not held and units and any(_holds(words, c) for c in units.get(t, ())):
                 held = 1  # its unit's words, where its header's hold none of the question's

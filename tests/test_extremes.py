@@ -292,3 +292,34 @@ def test_a_duration_in_units_counts_as_its_length_whatever_its_units() -> None:
     assert day("1d 4h") == pytest.approx(28 / 24)
     got = {e.tag: e.probes[0].split()[1] for e in extremes(tables(SCHEDULE))}
     assert got[tag("max", {"run"})] == "Z-41" and got[tag("min", {"run"})] == "Z-21"
+
+
+# a helpdesk's ticket list: the one open since February is the one waiting longest
+TICKETS = "\n".join([
+    "ticket     opened      status   prio  subject",
+    "---------  ----------  -------  ----  ------------------------------",
+    *(f"SUP-{31000 + i}  2024-05-{10 + i:02d}  open     P3    Webhook retries flooding us"
+      for i in range(6)),
+    "SUP-30918  2024-02-27  open     P3    Need DPA countersigned",
+    "SUP-31877  2024-05-30  closed   P1    Invoice shows seats we removed",
+])
+
+
+def test_waiting_the_longest_is_the_earliest_start_and_ran_the_longest_a_duration() -> None:
+    """How long a thing has been waiting or open is the distance to its start: "waiting
+    the longest" asks for the earliest `opened` and "open the shortest" for the latest;
+    without a word of waiting, "longest" still asks for a duration's top."""
+    columns = {tag(end, column_terms(c)): column_terms(c) for c in ("opened", "duration")
+               for end in ("max", "min")}
+    ask = "Of their tickets that are still unresolved, which one has been waiting the longest?"
+    assert asked_columns(ask, columns) == {tag("min", {"open"}): 1.0,
+                                           tag("max", {"durat"}): 1.0}
+    assert tag("max", {"open"}) in asked_columns(
+        "Which ticket has been open the shortest?", columns)
+    assert asked_columns("Which job ran the longest?", columns) == {
+        tag("max", {"durat"}): 1.0}
+    idx = RelevanceIndex()
+    idx.add("tickets", TICKETS)
+    tags = idx.notable_terms(ask)
+    top = idx.search({**idx.query_terms(ask), **tags})[0]
+    assert "SUP-30918" in top.text and top.note == "min opened"
