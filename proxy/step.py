@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, replace
 
 from proxy.chunking import Conversation
+from store.idioms import idioms
 from store.related import RelatedWords
 from store.relevance import Hit, RelevanceIndex
 from store.terms import terms
@@ -121,11 +122,20 @@ RELATED_WORDS = 48  # a question's last distinct words that bring their related 
 def _words(text: str) -> list[str]:
     """`text`'s words, lower-cased; a hyphenated compound also joined ("sign-ins" ->
     "signins", "rate-limited" -> "ratelimited"), as the idioms (store/idioms.py) list
-    it: its parts alone say something else."""
+    it: its parts alone say something else. So is an open compound that the idioms list
+    joined ("second line" -> "secondline", "log in" -> "login"): two words with only
+    spaces between them."""
     out: list[str] = []
-    for w in _WORDS.findall(text):
-        parts = w.lower().split("-")
+    said = idioms()
+    last, end = "", -1
+    for m in _WORDS.finditer(text):
+        parts = m.group().lower().split("-")
+        if len(parts) == 1 and last and text[end:m.start()].isspace():
+            pair = last + parts[0]
+            if pair in said:
+                out.append(pair)
         out.extend(parts if len(parts) == 1 else ["".join(parts), *parts])
+        last, end = (parts[0] if len(parts) == 1 else ""), m.end()
     return out
 
 

@@ -5,7 +5,8 @@ embeddings, it joins "big" to "large" and "grew" to "growth", but in plain Engli
 does not know the shop talk that joins a user's words to what a tool prints: a test run
 that "went red" prints FAILED, the address to "point the browser at" is a URL with a
 port, "rate-limited" is a 429, a "machine" is an instance, a "label" a tag, a "ceiling"
-a cap or a limit. A hyphenated compound is listed joined ("ratelimited"). Each
+a cap or a limit. A compound is listed joined ("ratelimited" for "rate-limited",
+"secondline" for "second line": proxy/step.py `_words`). Each
 line here is one such idiom of software, operations, data, research and contracts: the
 question's words, then what a tool's output or a document says for them. They join the
 table's own related words (`RelatedWords.of`) at `WEIGHT`, a middling cosine, so they
@@ -55,6 +56,10 @@ ratelimited throttled throttling: 429 throttle throttled ratelimit
 cancelled canceled: void voided
 crew crews headcount staffing manpower: workers worker staff
 candidate candidates prerelease: rc beta alpha preview
+secondline secondlevel: tier escalated escalation l2
+samplesize: participants respondents adults subjects surveyed
+login logon: signin auth authentication
+timedout: timeout timeouts deadline
 """
 
 

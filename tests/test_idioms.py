@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient
 
 from proxy.app import init_app
 from proxy.config import Settings
+from proxy.step import _words
 from store.base import MemoryStore
 from store.idioms import WEIGHT, _parse, idioms
 from store.related import RelatedWords
@@ -151,3 +152,29 @@ def test_a_hyphenated_compound_brings_its_idiom_and_an_idioms_code_counts() -> N
     index.add("plan", "Bulk exports are limited to one per customer per hour.")
     found_by_idiom(index, "Which API route got rate-limited the hardest yesterday?", "429",
                    "ratelimited", "gw3")
+
+
+def test_an_open_compound_is_joined_only_where_the_idioms_list_it() -> None:
+    """"Second line" and "sample size" are one word to a reader, written open; two words
+    that happen to meet ("second, line"; "the line") are not joined."""
+    words = _words("Which case went up to the second line? Then log in; second, line.")
+    assert words.count("secondline") == 1 and "login" in words
+    assert "theline" not in words and "wentup" not in words
+    assert {"tier", "escalated"} <= set(idioms()["secondline"])
+
+
+def test_the_sample_size_of_a_poll_finds_how_many_took_part() -> None:
+    """"Sample size" is how many were asked: the sentence that says so names adults, not
+    a sample, where another article's "samples" is a verb."""
+    index = RelevanceIndex()
+    for n, topic in enumerate(("urban cycling", "rooftop solar", "telehealth use")):
+        index.add(f"article{n}", f"# {topic.title()}: what the numbers say\n\n"
+                  f"Critics argue the figures for {topic} overstate the trend because of "
+                  "how the World Bank samples households.\n\n"
+                  + (f"The survey was fielded online among {4646 + n} adults in fourteen "
+                     "countries.\n\n" if n == 1 else
+                     f"Survey respondents in Leeds liked {topic} more than most. An "
+                     "earlier survey found the same.\n\n")
+                  + f"Policy support, not price, was the main driver of {topic}.")
+    found_by_idiom(index, "What was the sample size of the poll we read about?",
+                   "adults", "samplesize", "article1")
