@@ -60,6 +60,11 @@ secondline secondlevel: tier escalated escalation l2
 samplesize: participants respondents adults subjects surveyed
 login logon: signin auth authentication
 timedout: timeout timeouts deadline
+preproduction preprod: staging stage stg
+postgres postgresql: pg psql
+pay paid paying: charged amount total
+altogether overall: total
+originally original: origin
 """
 
 

@@ -178,3 +178,17 @@ def test_the_sample_size_of_a_poll_finds_how_many_took_part() -> None:
                   + f"Policy support, not price, was the main driver of {topic}.")
     found_by_idiom(index, "What was the sample size of the poll we read about?",
                    "adults", "samplesize", "article1")
+
+
+def test_pre_production_postgres_finds_the_staging_database_host() -> None:
+    """"Pre-production" is staging and "Postgres" a `pg-` host, in an env file whose
+    keys say neither."""
+    index = RelevanceIndex()
+    for env in ("prod", "stg", "dev"):
+        index.add(f"{env}.env", "\n".join([
+            f"CACHE_URL=https://cache-{env}.svc.cluster.local", "EXPORT_POOL=300",
+            f"DATABASE_HOST={'pg' if env == 'stg' else 'mysql'}-{env}-8466.internal",
+            "NOTIFIER_TIMEOUT=60"]))
+    index.add("note", "Production traffic peaks at noon; the database upgrade is next week.")
+    found_by_idiom(index, "Where does the pre-production Postgres run?", "stg",
+                   "preproduction", "stg.env")
