@@ -58,8 +58,8 @@ SECTIONS: dict[str, tuple[str, str, Callable[[bool], Any]]] = {
                   "generated agent sessions and tau-bench (bench/agentloop.py, generator "
                   "bench/agentgen.py): every policy on the same traffic, targets stated "
                   "as met or not.", _run("bench.agentloop")),
-    "seeds": ("Facts kept over ten seeds", "How much the agent-loop figure above owes "
-              "to its draw: the same sessions' generator on seeds 0-9, every policy, in "
+    "seeds": ("Facts kept over fifteen seeds", "How much the agent-loop figure above "
+              "owes to its draw: the same sessions' generator on seeds 0-14, every policy, in "
               "process (bench/seeds.py).", _run("bench.seeds")),
     "blackbox": ("Facts kept on a workload written apart", "Sessions written apart by "
                  "helpers that saw no code here (nine sets, fifty-three domains nobody "
