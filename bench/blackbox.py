@@ -1,4 +1,4 @@
-"""Facts kept on workloads written apart: nine sets of black-box sessions.
+"""Facts kept on workloads written apart: ten sets of black-box sessions.
 
 Each was written by a helper that saw none of ctxwarden's code or benches, with a
 generator of its own (one-offs, not kept; the sessions are kept as data):
@@ -80,6 +80,17 @@ generator of its own (one-offs, not kept; the sessions are kept as data):
   the system prompt), each asked 35 or more messages later, one of them as a request
   ("Grab me the trace ID of ..."). Measured before anything was changed for it: RWOE
   kept 55 of 72 back to back (31 of 48 tool facts), 57 cold; mask 53 / 52.
+- *tenth* (`tests/data/blackbox10-sessions.json.gz`, 2026-12-06, measured first, then
+  studied): six more domains (a coding agent chasing an OOM in a Spring Boot service,
+  Kafka on call, a hotel group's revenue desk, a veterinary hospital, a container
+  terminal's operations, a university's grants office), two sessions each; 12 sessions
+  of 100-101 messages (~45-49k tokens, 36-38 tool outputs each: Maven and surefire
+  output, class histograms, GC logs, consumer-group lag, partition reassignments, rate
+  grids, channel-manager JSON, lab panels, dosing sheets, berth schedules, crane logs,
+  reefer alarms, budgets, effort reports, subaward invoices), 72 facts (48 tool, 12
+  user, 12 constraint, five of these in the system prompt), each asked 35 or more
+  messages later. Measured before it was read: RWOE kept 58 of 72 back to back (34 of
+  48 tool facts), 64 cold; mask 57 / 57, lru 56 / 56, truncate 57 / 57.
 Questions name neither the answer nor, where avoidable, its label.
 
 Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every
@@ -124,7 +135,8 @@ SETS = {"first": _DIR / "blackbox-sessions.json.gz",
         "sixth": _DIR / "blackbox6-sessions.json.gz",
         "seventh": _DIR / "blackbox7-sessions.json.gz",
         "eighth": _DIR / "blackbox8-sessions.json.gz",
-        "ninth": _DIR / "blackbox9-sessions.json.gz"}
+        "ninth": _DIR / "blackbox9-sessions.json.gz",
+        "tenth": _DIR / "blackbox10-sessions.json.gz"}
 DATA = SETS["first"]
 PACED = ("rwoe", "mask")
 

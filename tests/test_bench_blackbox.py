@@ -18,7 +18,8 @@ from bench import blackbox
     ("fifth", 12, {"tool": 48, "user": 12, "constraint": 12}),
     ("sixth", 12, {"tool": 48, "user": 12, "constraint": 12}),
     ("eighth", 12, {"tool": 48, "user": 12, "constraint": 12}),
-    ("ninth", 12, {"tool": 48, "user": 12, "constraint": 12})])
+    ("ninth", 12, {"tool": 48, "user": 12, "constraint": 12}),
+    ("tenth", 12, {"tool": 48, "user": 12, "constraint": 12})])
 def test_the_kept_sessions_plant_each_answer_once_and_ask_for_it_in_other_words(
         name: str, sessions: int, kinds: dict[str, int]) -> None:
     data = blackbox.sessions(blackbox.SETS[name])
