@@ -65,6 +65,7 @@ postgres postgresql: pg psql
 pay paid paying: charged amount total
 altogether overall: total
 originally original: origin
+readonly: ro replica replicas reader standby
 """
 
 

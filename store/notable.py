@@ -91,8 +91,17 @@ _UNDER = re.compile(r"\b(?:under|below|less than)\s+(?:(?:a|an|one)\b|[$€£]?\
                     re.IGNORECASE)
 
 
+# "Different thing —", "on a different note", "something else": a change of subject, not
+# a question about the row that differs
+_NEW_SUBJECT = re.compile(
+    r"\b(?:different|other|another|separate|unrelated) (?:thing|question|topic|subject|"
+    r"note|matter|issue|angle|point|track|direction|item)s?\b|\bsomething (?:different|"
+    r"else)\b", re.IGNORECASE)
+
+
 def asked(question: str) -> set[str]:
     """The tags `question`'s words name."""
+    question = _NEW_SUBJECT.sub(" ", question)
     out: set[str] = {TAGS["lowest"]} if _UNDER.search(question) else set()
     if _ADD_UP.search(question):  # "which kit didn't add up": a difference left over
         out |= {TAGS["nonzero"], TAGS["negative"]}
@@ -331,10 +340,29 @@ def tables(text: str) -> list[Table]:
 
 
 def _record_table(records: list[dict[str, Any]]) -> Table:
+    records = [_flat(r) for r in records]
     keys = list(dict.fromkeys(k for r in records[:20] for k in r))
     key = _id_key(records, keys)
     return keys, [((orjson.dumps(r[key]).decode(),) if key else (), [r.get(k) for k in keys])
                   for r in records]
+
+
+def _flat(record: dict[str, Any]) -> dict[str, Any]:
+    """`record`, with a nested record's plain fields also as columns of their own
+    (`metric.consumergroup`: what tells a Prometheus series apart) and a sample
+    (`[1721274060.8, "2847193"]`: a time and its value, as Prometheus's API writes it) as
+    its value."""
+    out: dict[str, Any] = {}
+    for k, v in record.items():
+        if isinstance(v, list) and len(v) == 2 and isinstance(v[0], int | float) and (
+                isinstance(v[1], str) and number(v[1]) is not None):
+            v = v[1]
+        out[k] = v
+        if isinstance(v, dict):
+            for k2, v2 in v.items():
+                if isinstance(v2, str | int | float) and f"{k}.{k2}" not in record:
+                    out[f"{k}.{k2}"] = v2
+    return out
 
 
 def _json_lines(text: str) -> list[dict[str, Any]] | None:

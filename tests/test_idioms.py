@@ -192,3 +192,17 @@ def test_pre_production_postgres_finds_the_staging_database_host() -> None:
     index.add("note", "Production traffic peaks at noon; the database upgrade is next week.")
     found_by_idiom(index, "Where does the pre-production Postgres run?", "stg",
                    "preproduction", "stg.env")
+
+
+def test_read_only_queries_find_the_ro_replicas_host() -> None:
+    """"Read-only" is a replica's `ro`, in a profile whose keys say neither."""
+    index = RelevanceIndex()
+    for env in ("dev", "prod", "test"):
+        index.add(f"application-{env}.yml", "\n".join([
+            "spring:", "  datasource:",
+            f"    url: jdbc:postgresql://pg-quotes-rw.{env}.internal:5432/quotes",
+            "pricing:", "  quotes-data:",
+            f"    host: pg-quotes-{'ro-2' if env == 'prod' else 'rw'}.{env}.internal",
+            "    pool-size: 12"]))
+    found_by_idiom(index, "Which database host do we send the read-only queries to?",
+                   "ro", "readonly", "application-prod.yml")

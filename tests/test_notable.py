@@ -329,3 +329,38 @@ def test_json_lines_are_a_table_of_records() -> None:
     assert top[tag("max", {"dur", "durat", "ms"})] == ('"2024-03-21T08:11:02.439Z"',)
     prose = "Some notes.\n" * 10 + log.splitlines()[0]
     assert tables(prose) == [] or all(h != header for h, _ in tables(prose))
+
+
+def test_a_prometheus_vector_is_a_table_of_its_series_by_their_labels() -> None:
+    """Prometheus's API writes each series as its labels (a nested record) and a sample
+    (`[time, "value"]`): the sample counts as its value, and the label that tells the
+    series apart places the row (the consumer group furthest behind)."""
+    lags = {"ledger-writer": 973089, "fraud-scorer": 129726, "audit-sink": 168052,
+            "recon-snapshotter": 2847193, "search-indexer": 339204, "dlq-replayer": 379117}
+    vector = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {"__name__": "kafka_consumergroup_lag", "consumergroup": group,
+                    "topic": "payments.ledger-postings.v3"},
+         "value": [1721274060.5 + i / 10, str(lag)]} for i, (group, lag) in
+        enumerate(lags.items())]}})
+    assert notable(vector) == [Notable("highest", "value", ('"recon-snapshotter"',))]
+
+
+def test_a_nested_records_fields_are_columns_of_their_own() -> None:
+    """An hourly forecast's `ice_accretion.radial_in`: its top row is the thickest ice."""
+    hours = [0.24, 0.26, 0.5, 0.43, 0.33, 0.31, 0.2]
+    forecast = json.dumps({"hourly": [
+        {"time": f"2025-01-19T{6 + i:02d}:00", "temp_f": 24 + i % 3,
+         "ice_accretion": {"radial_in": r, "display": f"{r:.2f} in"}}
+        for i, r in enumerate(hours)]}, indent=2)
+    top = {e.tag: e.probes for e in extremes(tables(forecast))}
+    assert top[tag("max", {"ice", "accret", "radial"})] == ('"2025-01-19T08:00"',)
+
+
+def test_a_change_of_subject_is_no_question_about_a_row_that_differs() -> None:
+    """"Different thing —", "on a different note", "something else": the asker moves on,
+    and asks for no odd one; "a different build" still does."""
+    assert asked("Different thing — which database host takes the read-only queries?") == set()
+    assert asked("Different angle: on the ETA group, which partition lagged?") == set()
+    assert asked("Something else: who signed the PO?") == set()
+    assert asked("On a different note, which robot runs a different nav build?") == {
+        TAGS["odd"]}
