@@ -204,11 +204,13 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
         """A passage matching no query term that its chunk's chosen passages do not (the
         same field name in every record of a list), and holding no more of them on one
         line than they do, waits until every passage that adds one has had its turn;
-        then the waiting fill what room is left, in rank order."""
+        then the waiting fill what room is left, in rank order. One holding a row the
+        question asks for (its `note`: the odd one, a column's end) adds that row."""
         later = []
         for item in ranked:
             have = covered.get(item[1].chunk_id)
-            if (have is not None and qterms.intersection(text_terms(item[1].text)) <= have
+            if (have is not None and not item[1].note
+                    and qterms.intersection(text_terms(item[1].text)) <= have
                     and _together(item[1].text, qterms) <= together[item[1].chunk_id]):
                 later.append(item)
             else:

@@ -137,6 +137,28 @@ def test_a_passage_holding_the_question_words_on_one_line_is_no_repeat() -> None
     assert [(r.hit.chunk_id, r.hit.piece) for r in got] == [("conf", 0), ("logs", 0)]
 
 
+
+def test_a_passage_holding_the_row_asked_for_is_no_repeat() -> None:
+    """A controlled-drug count matches "count", "drug" and "lot" in its header passage;
+    its second passage adds no word, but holds the row the question asks for (the one
+    count that did not reconcile: its `note`), so it goes before another chunk's passage
+    that shares one word only."""
+    count = [Hit("cd", 0, "Controlled drug count\nDrug  Lot  Expected  Counted  Status\n"
+                 "Methadone  MT24-9677  50.0 mL  50.0 mL  OK", 6.0, 0.44),
+             Hit("cd", 1, "Diazepam  DZ24-7802  51.0 mL  51.0 mL  OK\n"
+                 "Hydromorphone  HM24-0719B  18.4 mL  17.6 mL  DISCREPANCY", 5.5, 0.41,
+                 note="odd Status")]
+    other = Hit("stock", 0, "Lot numbers of the fluids are on the shelf labels.", 4.0, 0.34)
+    meta = {c: ChunkMeta(1, "tool", "TRANSIENT") for c in ("cd", "stock")}
+    ask = "The drug count that didn't reconcile: what was its lot number?"
+    got = select([*count, other], {"cd", "stock"}, meta, query=ask, min_relevance=0.1,
+                 min_relative=0.5, top_k=2, budget=1000, count=COUNT)
+    assert [(r.hit.chunk_id, r.hit.piece) for r in got] == [("cd", 0), ("cd", 1)]
+    count[1] = Hit("cd", 1, count[1].text, 5.5, 0.41)  # no row asked for: a repeat
+    got = select([*count, other], {"cd", "stock"}, meta, query=ask, min_relevance=0.1,
+                 min_relative=0.5, top_k=2, budget=1000, count=COUNT)
+    assert [(r.hit.chunk_id, r.hit.piece) for r in got] == [("cd", 0), ("stock", 0)]
+
 def test_a_questions_nearest_passage_by_vector_goes_first() -> None:
     """Code that says "check", "table", "stage" and "order" everywhere matches "How many
     orders appeared more than once when we checked the staging table?" at full strength;
