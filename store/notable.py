@@ -11,7 +11,9 @@ a term no text yields) in the lexical index, and a question's words that name a 
 (store/relevance.py: `RelevanceIndex.examine`, `notable_terms`); the passage's text is
 unchanged, and a step that is no question never matches a tag.
 
-Tables: a JSON list of five or more records (at the top or up to three levels down), or
+Tables: a JSON list of five or more records (at the top or up to three levels down; a
+nested record's fields are columns too, a Prometheus sample its value), JSON lines, the
+attributes of five or more elements of one tag (JUnit's `<testcase … time="212.604"/>`), or
 six or more consecutive lines with the same number of cells (three or more; two at tabs
 or runs of spaces where one is a number in every row: `value_counts()`, `uniq -c`) split
 at `|` (markdown), tabs, commas (CSV, quoted fields honoured) or runs of two or more
@@ -321,6 +323,10 @@ def tables(text: str) -> list[Table]:
         records = _json_lines(text)
         if records is not None:
             return [_record_table(records)]
+    if text.count('="') >= 2 * MIN_VALUES:
+        records = _xml_elements(text)
+        if records is not None:
+            return [_record_table(records)]
     best: list[Table] = []
     lines = text.splitlines()
     for sep in ("|", "\t", ",", "  "):
@@ -381,6 +387,25 @@ def _json_lines(text: str) -> list[dict[str, Any]] | None:
         if isinstance(r, dict):
             out.append(r)
     return out if len(out) >= MIN_VALUES else None
+
+
+_ELEMENT = re.compile(r'\s*<([A-Za-z][\w:.-]*)((?:\s+[\w:.-]+="[^"]*")+)\s*/?>')
+_ATTR = re.compile(r'([\w:.-]+)="([^"]*)"')
+
+
+def _xml_elements(text: str) -> list[dict[str, Any]] | None:
+    """The attributes of the commonest element that opens five or more lines with two
+    attributes or more (JUnit's `<testcase name=… time=…/>`, a report's rows), one record
+    an element."""
+    by_tag: dict[str, list[dict[str, Any]]] = {}
+    for line in text.splitlines():
+        m = _ELEMENT.match(line)
+        if m is not None:
+            attrs = dict(_ATTR.findall(m.group(2)))
+            if len(attrs) >= 2:
+                by_tag.setdefault(m.group(1), []).append(attrs)
+    best = max(by_tag.values(), key=len, default=[])
+    return best if len(best) >= MIN_VALUES else None
 
 
 def _records(data: Any, depth: int) -> list[dict[str, Any]] | None:

@@ -364,3 +364,21 @@ def test_a_change_of_subject_is_no_question_about_a_row_that_differs() -> None:
     assert asked("Something else: who signed the PO?") == set()
     assert asked("On a different note, which robot runs a different nav build?") == {
         TAGS["odd"]}
+
+
+def test_a_junit_reports_test_cases_are_a_table_of_their_attributes() -> None:
+    """Surefire's XML: each `<testcase …/>` a record of its attributes, placed by its
+    name; the slowest is the top of `time`. A document with few such elements is none."""
+    times = [8.809, 6.035, 5.392, 2.769, 212.604, 9.119, 3.5]
+    report = "\n".join([
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        '<testsuite name="QuoteControllerIT" time="254.506" tests="7" failures="0">',
+        '  <properties>', '    <property name="java.version" value="17.0.11"/>',
+        '  </properties>',
+        *(f'  <testcase name="case{i}" classname="com.acme.QuoteControllerIT" time="{t}"/>'
+          for i, t in enumerate(times)), "</testsuite>"])
+    ((header, rows),) = tables(report)
+    assert header == ["name", "classname", "time"] and len(rows) == 7
+    top = {e.tag: e.probes for e in extremes(tables(report))}
+    assert top[tag("max", {"time"})] == ('"case4"',)
+    assert tables("\n".join(report.splitlines()[:7])) == []
