@@ -81,7 +81,9 @@ _HOUR_WORD = re.compile(r"(\d{1,2})([ap]m)")
 @lru_cache(maxsize=65536)
 def when(low: str) -> tuple[str, ...]:
     """The weekday of a date (`2024-06-10`: "monday"), the hour and part of the day of a
-    time (`14:07`, `2024-06-10t14:07:33z`: "2pm", "afternoon")."""
+    time (`14:07`, `2024-06-10t14:07:33z`: "2pm", "afternoon"); a time whose hour has
+    one digit (`2:30`, as people write it, where logs print `02:30`) either hour and no
+    part of the day."""
     hour = None
     m = _DATE.match(low)
     if m is not None:
@@ -96,6 +98,8 @@ def when(low: str) -> tuple[str, ...]:
         if m is None or int(m[2]) > 59:
             return ()
         out, hour = [], int(m[1])
+        if len(m[1]) == 1 and 0 < hour:  # "2:30", as a person writes it: 2am or 2pm
+            return (f"{hour}am", f"{hour}pm")
     if hour is not None and hour < 24:
         out.append(f"{hour % 12 or 12}{'am' if hour < 12 else 'pm'}")
         out += [part for part, hours in DAYPARTS.items() if hour in hours]

@@ -355,10 +355,26 @@ def test_a_date_yields_its_weekday_and_a_time_its_hour_and_part_of_the_day() -> 
     assert when("2024-08-23t03:11:09.068z") == ("friday", "3am", "night", "overnight")
     assert when("00:30:00") == ("12am", "night", "overnight")
     assert when("2024-02-30") == () and when("12:75") == () and when("v1-2") == ()
+    assert when("2:30") == ("2am", "2pm") and when("02:30") == ("2am", "night", "overnight")
     assert {"monday", "2pm", "afternoon"} <= set(terms("2024-06-10 14:07 wave released"))
     assert {"monday", "2pm", "overnight", "morn"} <= set(
         terms("on Monday at 2pm, overnight, this morning"))
 
+
+
+def test_a_time_as_a_person_writes_it_finds_the_afternoon_row_not_the_nights_log() -> None:
+    """"The 2:30 surgery" is at 14:30 on the day's schedule: a one-digit hour is either
+    half of the day, and names no part of it, so the night's log at 02:35 does not
+    outrank the schedule's row."""
+    index = RelevanceIndex()
+    index.add("schedule", "\n".join(
+        [f"{h:02d}:{m}  {pet:<8} Canine  {why:<9} Dr. {vet}" for h, m, pet, why, vet in [
+            (9, "00", "Sable", "Echo", "Mbeki"), (11, "15", "Duke", "Recheck", "Lindgren"),
+            (14, "30", "Atlas", "TPLO (R)", "Castellanos"), (16, "45", "Tofu", "Post-op", "Ueda")]]))
+    index.add("overnight", "[2024-11-14 02:35] night shift: fluids topped up, all quiet\n"
+              "[2024-11-14 02:50] night shift: Atlas fasting from midnight")
+    top = index.search("Who's doing the 2:30 surgery today?")[0]
+    assert top.chunk_id == "schedule", top
 
 WAVES = [f"{d} {h:02d}:{m:02d}  WV-{d[2:4]}{d[5:7]}{d[8:]}-{k}  released  {k % 7 + 1} pickers"
          for k, (d, h, m) in enumerate(
