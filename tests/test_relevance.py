@@ -370,7 +370,8 @@ def test_a_time_as_a_person_writes_it_finds_the_afternoon_row_not_the_nights_log
     index.add("schedule", "\n".join(
         [f"{h:02d}:{m}  {pet:<8} Canine  {why:<9} Dr. {vet}" for h, m, pet, why, vet in [
             (9, "00", "Sable", "Echo", "Mbeki"), (11, "15", "Duke", "Recheck", "Lindgren"),
-            (14, "30", "Atlas", "TPLO (R)", "Castellanos"), (16, "45", "Tofu", "Post-op", "Ueda")]]))
+            (14, "30", "Atlas", "TPLO (R)", "Castellanos"),
+            (16, "45", "Tofu", "Post-op", "Ueda")]]))
     index.add("overnight", "[2024-11-14 02:35] night shift: fluids topped up, all quiet\n"
               "[2024-11-14 02:50] night shift: Atlas fasting from midnight")
     top = index.search("Who's doing the 2:30 surgery today?")[0]
