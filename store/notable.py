@@ -11,7 +11,7 @@ a term no text yields) in the lexical index, and a question's words that name a 
 (store/relevance.py: `RelevanceIndex.examine`, `notable_terms`); the passage's text is
 unchanged, and a step that is no question never matches a tag.
 
-Tables: a JSON list of five or more records (at the top or up to three levels down; a
+Tables: a JSON list of five or more records (at the top or up to five levels down; a
 nested record's fields are columns too, a Prometheus sample its value), JSON lines, the
 attributes of five or more elements of one tag (JUnit's `<testcase … time="212.604"/>`), or
 six or more consecutive lines with the same number of cells (three or more; two at tabs
@@ -409,11 +409,13 @@ def _xml_elements(text: str) -> list[dict[str, Any]] | None:
 
 
 def _records(data: Any, depth: int) -> list[dict[str, Any]] | None:
-    """The longest list of five or more records in `data`, three levels down at most."""
+    """The longest list of five or more records in `data`, five levels down at most (a
+    list in a record in a list in a record: `kafka-log-dirs`' partitions of each log
+    dir of each broker)."""
     if isinstance(data, list) and len(data) >= MIN_VALUES and all(
             isinstance(r, dict) for r in data):
         return data
-    if depth >= 3:
+    if depth >= 5:
         return None
     best: list[dict[str, Any]] | None = None
     for v in data.values() if isinstance(data, dict) else data[:50] if isinstance(

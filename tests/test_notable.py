@@ -382,3 +382,15 @@ def test_a_junit_reports_test_cases_are_a_table_of_their_attributes() -> None:
     top = {e.tag: e.probes for e in extremes(tables(report))}
     assert top[tag("max", {"time"})] == ('"case4"',)
     assert tables("\n".join(report.splitlines()[:7])) == []
+
+
+def test_records_five_levels_down_are_a_table() -> None:
+    """`kafka-log-dirs --describe`: the partitions of a log dir of a broker, five levels
+    down; the largest is the top of `size`."""
+    sizes = [412884127331, 61025370078, 8751473204, 31319370982, 8301633279, 64025779024]
+    dirs = json.dumps({"version": 1, "brokers": [{"broker": 4, "logDirs": [
+        {"logDir": "/data/d3/kafka", "error": None, "partitions": [
+            {"partition": f"telemetry.gps-pings-v2-{i}", "size": n, "offsetLag": 0,
+             "isFuture": False} for i, n in enumerate(sizes)]}]}]})
+    top = {e.tag: e.probes for e in extremes(tables(dirs))}
+    assert top[tag("max", {"size"})] == ('"telemetry.gps-pings-v2-0"',)
