@@ -97,8 +97,8 @@ _UNDER = re.compile(r"\b(?:under|below|less than)\s+(?:(?:a|an|one)\b|[$€£]?\
 # a question about the row that differs
 _NEW_SUBJECT = re.compile(
     r"\b(?:different|other|another|separate|unrelated) (?:thing|question|topic|subject|"
-    r"note|matter|issue|angle|point|track|direction|item)s?\b|\bsomething (?:different|"
-    r"else)\b", re.IGNORECASE)
+    r"note|matter|angle|point|track|direction)s?\b|\bsomething (?:different|else)\b",
+    re.IGNORECASE)  # not "issue" or "item": "a different issue from the rest" asks
 
 
 def asked(question: str) -> set[str]:

@@ -364,6 +364,7 @@ def test_a_change_of_subject_is_no_question_about_a_row_that_differs() -> None:
     assert asked("Something else: who signed the PO?") == set()
     assert asked("On a different note, which robot runs a different nav build?") == {
         TAGS["odd"]}
+    assert asked("Which customer reported a different issue from the rest?") == {TAGS["odd"]}
 
 
 def test_a_junit_reports_test_cases_are_a_table_of_their_attributes() -> None:
