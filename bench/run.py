@@ -8,8 +8,9 @@ their figures (each section's footer says how and when it was made).
 Each section is a module with `run(quick) -> markdown` (sync or async); a section that
 fails is reported as failed in the document rather than silently left out. Loopback
 only, no network; the full run takes about an hour and a half on 2 cores (18 minutes
-the agent loops, about 50 the nine black-box sets, two at a time, whose paced replays
-embed every passage, 3.5 the pauses). `make bench ONLY="agentloop coldnext"` runs some sections.
+the agent loops, about 52 the ten black-box sets, two at a time, whose paced replays
+embed every passage, 5 the fifteen seeds, 3.5 the pauses). `make bench ONLY="agentloop
+coldnext"` runs some sections.
 """
 
 from __future__ import annotations
