@@ -66,6 +66,8 @@ pay paid paying: charged amount total
 altogether overall: total
 originally original: origin
 readonly: ro replica replicas reader standby
+retry retries retried retrying: backoff
+respondents respondent: participants adults subjects surveyed sample
 """
 
 

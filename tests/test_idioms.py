@@ -206,3 +206,34 @@ def test_read_only_queries_find_the_ro_replicas_host() -> None:
             "    pool-size: 12"]))
     found_by_idiom(index, "Which database host do we send the read-only queries to?",
                    "ro", "readonly", "application-prod.yml")
+
+
+def test_how_long_we_wait_between_retries_finds_the_backoff_commit() -> None:
+    """The wait between retries is a backoff: git logs where every commit touches retries,
+    and one says "backoff" without "wait"."""
+    index = RelevanceIndex()
+    for n in range(3):
+        lines = [f"{n}{k:03d}a{k:05d} Refactor {area} retry logging (#{k * 7 + n})"
+                 for k, area in enumerate(("shipping", "billing", "upload", "tenant", "tax"))]
+        if n == 1:
+            lines[2] = "9f7a51c2e0 Switch retry backoff to exponential with jitter (#221)"
+        index.add(f"log{n}", "\n".join(lines))
+    index.add("note", "Ops asked us to hold the release until Friday.")
+    found_by_idiom(index, "Which commit changed how long we wait between retries?",
+                   "backoff", "retries", "log1")
+
+
+def test_how_many_respondents_finds_the_adults_a_survey_was_fielded_among() -> None:
+    """Respondents are the people who took part: the one sentence that counts them says
+    "adults"; the other articles name respondents without a count."""
+    index = RelevanceIndex()
+    for n, topic in enumerate(("e-book lending", "rooftop solar", "night buses")):
+        index.add(f"article{n}", f"# {topic.title()}\n\n"
+                  + (f"The survey was fielded online among {4611 + n} adults in fourteen "
+                     "countries.\n\n" if n == 1 else
+                     f"Survey respondents in Kaunas liked {topic} more than most. An "
+                     "earlier survey found the same.\n\n")
+                  + f"A follow-up study found weaker effects for {topic} once income "
+                  "was controlled for.")
+    found_by_idiom(index, "How large was the group of respondents?", "adults",
+                   "respondents", "article1")
