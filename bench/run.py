@@ -9,7 +9,7 @@ Each section is a module with `run(quick) -> markdown` (sync or async); a sectio
 fails is reported as failed in the document rather than silently left out. Loopback
 only, no network; the full run takes about an hour and a half on 2 cores (18 minutes
 the agent loops, about 52 the ten black-box sets, two at a time, whose paced replays
-embed every passage, 5 the fifteen seeds, 3.5 the pauses). `make bench ONLY="agentloop
+embed every passage, 6 the twenty seeds, 3.5 the pauses). `make bench ONLY="agentloop
 coldnext"` runs some sections.
 """
 
@@ -59,8 +59,8 @@ SECTIONS: dict[str, tuple[str, str, Callable[[bool], Any]]] = {
                   "generated agent sessions and tau-bench (bench/agentloop.py, generator "
                   "bench/agentgen.py): every policy on the same traffic, targets stated "
                   "as met or not.", _run("bench.agentloop")),
-    "seeds": ("Facts kept over fifteen seeds", "How much the agent-loop figure above "
-              "owes to its draw: the same sessions' generator on seeds 0-14, every policy, in "
+    "seeds": ("Facts kept over twenty seeds", "How much the agent-loop figure above "
+              "owes to its draw: the same sessions' generator on seeds 0-19, every policy, in "
               "process (bench/seeds.py).", _run("bench.seeds")),
     "blackbox": ("Facts kept on a workload written apart", "Sessions written apart by "
                  "helpers that saw no code here (ten sets, fifty-nine domains nobody "
