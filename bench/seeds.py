@@ -32,8 +32,8 @@ from proxy.config import Settings
 # Seeds 0-4 are those recall was tuned on (docs/design-notes.md); 5-9 were not looked at
 # until their totals were first read (2026-11-28), and their misses were read on
 # 2026-12-06 (the trade's idioms: store/idioms.py). 10-14 were first drawn then, their
-# totals reported untouched (RWOE 261/270), and their misses read the same day, later; 15-19 were
-# drawn then and not looked at: the table reports all, and those apart.
+# totals reported untouched (RWOE 261/270), and their misses read later that day; 15-19
+# were drawn then and not looked at: the table reports all, and those apart.
 TUNED_SEEDS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
 SEEDS = (*TUNED_SEEDS, 15, 16, 17, 18, 19)
 # bench/heldout.py's seeds 0-4 showed the misses that recall's phrases and record fields
