@@ -139,6 +139,23 @@ def _words(text: str) -> list[str]:
     return out
 
 
+def compounds_joined(text: str) -> str:
+    """`text` with each open compound the idioms list joined ("the second line" -> "the
+    secondline"): the question's own words are then the compound, not its parts, which
+    alone say something else (a traceback's "line 827")."""
+    said = idioms()
+    out: list[str] = []
+    pos, prev = 0, None
+    for m in _WORDS.finditer(text):
+        if prev is not None and text[prev.end():m.start()].isspace() and (
+                prev.group() + m.group()).lower() in said:
+            out += [text[pos:prev.end()], m.group()]  # the space between left out
+            pos, prev = m.end(), None
+            continue
+        prev = m
+    return "".join(out) + text[pos:]
+
+
 def related_of(step: Step, table: RelatedWords | None, min_similarity: float
                ) -> Related:
     """A question's related words (store/related.py): related word -> (its word,
@@ -156,7 +173,7 @@ def search(index: RelevanceIndex, step: Step, related: Related | None = None) ->
     tool output's rare identifiers (each such match is clear: strength 1)."""
     hits: list[Hit] = []
     if step.words:
-        own = index.query_terms(step.query, settle=not step.reply)
+        own = index.query_terms(compounds_joined(step.query), settle=not step.reply)
         extra = index.related_terms(related, own) if related else {}
         # "the biggest amount": the rows that stand out (store/notable.py); the yardstick
         # when none of the question's own words is in the session

@@ -11,10 +11,10 @@ from aiohttp.test_utils import TestClient
 
 from proxy.app import init_app
 from proxy.config import Settings
-from proxy.step import _words
+from proxy.step import Step, _words, compounds_joined, related_of
 from store.base import MemoryStore
 from store.idioms import WEIGHT, _parse, idioms
-from store.related import RelatedWords
+from store.related import RelatedWords, related_words
 from store.relevance import RelevanceIndex
 from tests.support.asking import ask, without_idioms
 from tests.support.messages import assistant, call, tool, user
@@ -237,3 +237,29 @@ def test_how_many_respondents_finds_the_adults_a_survey_was_fielded_among() -> N
                   "was controlled for.")
     found_by_idiom(index, "How large was the group of respondents?", "adults",
                    "respondents", "article1")
+
+
+def test_the_second_line_is_a_support_tier_not_a_tracebacks_line() -> None:
+    """"Second line" is the compound the idioms list: the question's own words are it, not
+    "line", which every traceback's frame repeats."""
+    index = RelevanceIndex()
+    for n in range(8):
+        index.add(f"note{n}", f"Refund {n} issued for order O-{7100 + n}; customer told.")
+    for n in range(2):
+        index.add(f"trace{n}", "Traceback (most recent call last):\n" + "\n".join(
+            f'  File "/srv/app/{mod}.py", line {100 + 37 * k + n}, in sync_{mod}\n'
+            f"    {mod} = load_{mod}(cache)" for k, mod in enumerate(("ledger", "coupon"))))
+    index.add("tickets", json.dumps([
+        {"ticket": f"T{6100 + k}", "subject": f"Damaged parcel {k}",
+         "status": "escalated to tier 2" if k == 3 else "closed"} for k in range(6)],
+        indent=1))
+    q = "Which older case went up to the second line?"
+    assert compounds_joined(q) == "Which older case went up to the secondline?"
+    assert compounds_joined("log  in, second line") == "login, secondline"
+    _, found = ask(index, q)
+    assert found[0].chunk_id == "tickets", [(h.chunk_id, round(h.score, 2)) for h in found]
+    # the same question with the compound's parts counted as its own words
+    related = related_of(Step(q, "", frozenset({"q"}), asks=True), related_words(), 0.35)
+    hits = index.search({**index.query_terms(q), **index.related_terms(
+        related, index.query_terms(q))}, frozenset({"q"}))
+    assert hits[0].chunk_id.startswith("trace")
