@@ -1,5 +1,5 @@
-"""What of a recalled passage is shown: the lines that match the query, the fields after
-them, a record continued from the next passage or begun in the one before, a window of a
+"""What of a recalled passage is shown: the lines that match the query, the first field
+of the record each belongs to and the fields after them, a record continued from the next passage or begun in the one before, a window of a
 line too long to keep.
 
 A passage is cut by length (store/terms.py `passages`), not by meaning, and a recall
@@ -15,12 +15,14 @@ from typing import Any
 from store.terms import WORD, text_terms
 
 FIELDS_AFTER = 4  # lines after a matched line that hold its record's other fields
+FIELDS_BEFORE = 12  # of a matched field's record above it, back to its first (its id)
 ASKED_ROW = 1000  # a line that is a row the question asked for: before any word match
 
 
 def focus(text: str, qterms: set[str], max_tokens: int, count: Any,
           rows: tuple[tuple[str, ...], ...] = ()) -> str:
-    """The lines of `text` that share the most terms with the query, then the lines just
+    """The lines of `text` that share the most terms with the query, then the first field
+    of a JSON record they are fields of (`record_head`), then the lines just
     after them (a record's other fields: "Name: Yuki Lindqvist" is followed by her email
     and phone, which share no word with the question), as many as fit `max_tokens`, in
     their original order (the head when no line matches); "" when not even one line
@@ -42,8 +44,13 @@ def focus(text: str, qterms: set[str], max_tokens: int, count: Any,
     if scores[order[0]] == 0:
         order = [0]  # the head line
     else:  # then by distance after the nearest matched line above (the last one wins)
-        after = {i + d: d for i in range(len(lines)) if scores[i]
-                 for d in range(1, FIELDS_AFTER + 1) if i + d < len(lines) and not scores[i + d]}
+        after: dict[int, float] = {
+            i + d: d for i in range(len(lines)) if scores[i]
+            for d in range(1, FIELDS_AFTER + 1) if i + d < len(lines) and not scores[i + d]}
+        for i in range(len(lines)):  # a matched field's record: its first field, its id
+            head = record_head(lines, i) if scores[i] else None
+            if head is not None and not scores[head]:
+                after[head] = 0.5
         order = [i for i in order if scores[i]] + sorted(after, key=lambda i: (after[i], i))
     keep: list[int] = []
     for i in order:
@@ -54,6 +61,22 @@ def focus(text: str, qterms: set[str], max_tokens: int, count: Any,
             chars = max(0, len(ln) * max_tokens // max(1, count(ln)) - 8)
             return window(ln, qterms, chars) if chars > 16 else ""
     return "\n".join(lines[j] for j in sorted(keep))
+
+
+def record_head(lines: list[str], i: int) -> int | None:
+    """The first field of the JSON record that line `i`, a field of it, belongs to (a
+    pretty-printed record opens with its id: `"po_number": "PO-9179325"` over the
+    `"origin_country": "VN"` a question matched); None when `i` is no such field, is the
+    first itself, or its record opened more than `FIELDS_BEFORE` lines above."""
+    ln = lines[i]
+    if len(ln) > RECORD_LINE or not ln.lstrip().startswith('"'):
+        return None
+    indent = len(ln) - len(ln.lstrip())
+    for k in range(i - 1, max(-1, i - FIELDS_BEFORE - 2), -1):
+        above = lines[k]
+        if len(above) - len(above.lstrip()) < indent:
+            return k + 1 if above.rstrip().endswith("{") and k + 1 < i else None
+    return None
 
 
 CONTINUE_CHARS = 240  # of the next passage, after a match in a passage's last lines

@@ -82,6 +82,22 @@ def test_a_passage_cut_to_the_budget_keeps_the_fields_after_the_match() -> None:
     assert focus(text, q("pension"), 90, COUNT) == text.splitlines()[0]
 
 
+def test_a_matched_field_cut_to_the_budget_keeps_its_records_id_above_it() -> None:
+    """A pretty-printed record matched on a field below its id (`"origin_country": "VN"`):
+    cut to the budget, the record's first field (`po_number`) comes along, before the
+    fields after the match."""
+    orders = [{"po_number": f"PO-{9179325 + 11 * k}", "supplier": f"Supplier {k}",
+               "origin_country": "VN" if k == 1 else "CN", "status": "in_transit",
+               "ship_to": "ATL3", "incoterm": "FOB", "lines": 18 + k} for k in range(3)]
+    text = json.dumps({"purchase_orders": orders}, indent=2)
+    got = focus(text, q("Which one comes from the factory in VN?"), 64, COUNT)
+    assert got.splitlines() == ['      "po_number": "PO-9179336",',
+                                '      "origin_country": "VN",'], got
+    # a field that is its record's first, or a line in no record, brings nothing above it
+    assert focus(text, q("PO-9179336"), 40, COUNT) == '      "po_number": "PO-9179336",'
+    assert focus("Note: ships from VN\nstatus ok", q("VN"), 24, COUNT) == "Note: ships from VN"
+
+
 def test_among_capped_strengths_the_higher_score_comes_first() -> None:
     """Strength is capped at 1: a phrase or a quantity boost takes many passages there.
     Between them the raw score decides, not the chunk id's hash."""
