@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
+from store.idioms import idioms
 from store.notable import Row, Table, number, numeric_columns, superlative, unit_of
 from store.terms import WORD, terms
 
@@ -223,10 +224,12 @@ def asked_columns(question: str, columns: dict[str, frozenset[str]],
         return {}
     said = {w.lower() for w in WORD.findall(question)}
     words = set(terms(question)) | said  # its stems, and its words ("cover" for `Cover`)
+    trade = idioms()
     for w in said:
         implied = COLUMN_WORDS.get(w)
         if implied:
             words.update(terms(implied))
+        words.update(t for said_for in trade.get(w, ()) for t in terms(said_for))
     since = {SINCE_WORDS[w] for w in said if w in SINCE_WORDS} if said & WAITING else set()
     started = set(terms(SINCE_COLUMNS)) if since else set()
     out = {}

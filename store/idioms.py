@@ -68,6 +68,8 @@ altogether overall: total
 originally original: origin
 readonly: ro replica replicas reader standby
 retry retries retried retrying: backoff
+year yearly: annual annually annualized
+worth: value valuation
 respondents respondent: participants adults subjects surveyed sample
 """
 

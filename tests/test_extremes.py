@@ -323,3 +323,15 @@ def test_waiting_the_longest_is_the_earliest_start_and_ran_the_longest_a_duratio
     tags = idx.notable_terms(ask)
     top = idx.search({**idx.query_terms(ask), **tags})[0]
     assert "SUP-30918" in top.text and top.note == "min opened"
+
+
+def test_a_column_is_named_by_what_a_tool_prints_for_the_questions_word() -> None:
+    """"Worth the most per year" names `annual_value` by the trade's words (store/idioms.py:
+    a year's is annual, worth a value), over `monthly_charge`, whose "month" is only
+    near "year" in plain English."""
+    names = ("annual_value", "monthly_charge", "tenure_months")
+    columns = {tag(end, column_terms(c)): column_terms(c) for c in names
+               for end in ("max", "min")}
+    got = asked_columns("Which of the churned customers was worth the most per year?",
+                        columns)
+    assert got == {tag("max", {"annual", "valu"}): pytest.approx(2 ** 0.5)}
