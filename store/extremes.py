@@ -107,13 +107,16 @@ def ends(question: str) -> frozenset[str]:
 
 def column_terms(name: str) -> frozenset[str]:
     """The terms a column's header gives a tag: its words (`days_open`: days, open), not
-    the name whole, its units or numbers; a ratio's slash is "per" (`Cost / conv.`); an
+    the name whole, its units or numbers (but a nested key's: `status.4xx.429`, 429);
+    a ratio's slash is "per" (`Cost / conv.`); an
     abbreviation also what it abbreviates (`avg_basket`: average, `LEVEL_%`: percent)."""
     words = set(re.split(r"[^a-z%]+", name.lower())) | ({"%"} if "%" in name else set())
     out = {_whole(t, words) for t in terms(name)
            if t.isalnum() and not t.isdigit() and len(t) > 1}
     for w in words & ABBREVIATIONS.keys():
         out |= set(terms(ABBREVIATIONS[w]))
+    # a nested record's key that is a number names its column (`status.4xx.429`: the 429s)
+    out |= {p for p in name.split(".")[1:] if p.isdigit() and len(p) >= 3}
     return frozenset(out | {"per"} if "/" in name else out)
 
 
@@ -229,7 +232,8 @@ def asked_columns(question: str, columns: dict[str, frozenset[str]],
         implied = COLUMN_WORDS.get(w)
         if implied:
             words.update(terms(implied))
-        words.update(t for said_for in trade.get(w, ()) for t in terms(said_for))
+        words.update(t for said_for in trade.get(w.replace("-", ""), ())  # rate-limited
+                     for t in terms(said_for))
     since = {SINCE_WORDS[w] for w in said if w in SINCE_WORDS} if said & WAITING else set()
     started = set(terms(SINCE_COLUMNS)) if since else set()
     out = {}

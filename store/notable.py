@@ -355,7 +355,8 @@ def _record_table(records: list[dict[str, Any]]) -> Table:
 
 def _flat(record: dict[str, Any]) -> dict[str, Any]:
     """`record`, with a nested record's plain fields also as columns of their own
-    (`metric.consumergroup`: what tells a Prometheus series apart) and a sample
+    (`metric.consumergroup`: what tells a Prometheus series apart; `NESTED` levels
+    down) and a sample
     (`[1721274060.8, "2847193"]`: a time and its value, as Prometheus's API writes it) as
     its value."""
     out: dict[str, Any] = {}
@@ -365,10 +366,23 @@ def _flat(record: dict[str, Any]) -> dict[str, Any]:
             v = v[1]
         out[k] = v
         if isinstance(v, dict):
-            for k2, v2 in v.items():
-                if isinstance(v2, str | int | float) and f"{k}.{k2}" not in record:
-                    out[f"{k}.{k2}"] = v2
+            _fields(v, k, record, out, NESTED - 1)
     return out
+
+
+NESTED = 3  # levels of a record's nested fields that are columns (`status.4xx.429`)
+
+
+def _fields(v: dict[str, Any], path: str, record: dict[str, Any], out: dict[str, Any],
+            depth: int) -> None:
+    """`v`'s plain fields as `path.key` columns of `out`, and its records' `depth` levels
+    down (`status` → `4xx` → `429`: an endpoint's rate-limited calls)."""
+    for k2, v2 in v.items():
+        name = f"{path}.{k2}"
+        if isinstance(v2, str | int | float) and name not in record:
+            out[name] = v2
+        elif isinstance(v2, dict) and depth > 1:
+            _fields(v2, name, record, out, depth - 1)
 
 
 def _json_lines(text: str) -> list[dict[str, Any]] | None:

@@ -3,6 +3,8 @@ row of the column the question names; aligned tables with empty cells read by po
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from proxy.excerpt import focus
@@ -335,3 +337,25 @@ def test_a_column_is_named_by_what_a_tool_prints_for_the_questions_word() -> Non
     got = asked_columns("Which of the churned customers was worth the most per year?",
                         columns)
     assert got == {tag("max", {"annual", "valu"}): pytest.approx(2 ** 0.5)}
+
+
+def test_a_count_three_levels_down_under_a_numbered_key_is_a_column() -> None:
+    """An API's per-endpoint report nests its status codes (`status.4xx.429`): the 429s
+    are a column, named by the number its key is, and "rate-limited the hardest" (the
+    trade's word for a 429) asks for its top row."""
+    endpoints = [{"path": f"/v2/{name}", "requests": 10_000 * (k + 3),
+                  "status": {"2xx": 9_000 * (k + 3),
+                             "4xx": {"400": 100 + k, "404": 400 - 9 * k,
+                                     "429": 1750 if name == "records:batchUpsert" else 40 + k},
+                             "5xx": 2 + k}, "p95_ms": 80 + 40 * k}
+                 for k, name in enumerate(("records", "files", "records:batchUpsert",
+                                           "audit", "webhooks", "users"))]
+    text = json.dumps({"account_id": "acc_Q4x81L", "endpoints": endpoints}, indent=2)
+    found = {e.tag: e for e in extremes(tables(text))}
+    top = found[tag("max", {"429", "statu", "xx"})]
+    assert top.column == "status.4xx.429" and top.probes == ('"/v2/records:batchUpsert"',)
+    columns = {t: column_terms(e.column) for t, e in found.items()}
+    got = asked_columns("Which API route was getting rate-limited the hardest yesterday?",
+                        columns)
+    assert set(got) == {tag("max", {"429", "statu", "xx"}), tag("min", {"429", "statu", "xx"})}
+    assert column_terms("revenue.2024") == {"revenu", "2024"} and column_terms("1.5") == set()
