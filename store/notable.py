@@ -87,6 +87,8 @@ for _kind, _words in WORDS.items():
         _ASKS[_w] = _ASKS.get(_w, frozenset()) | {TAGS[_kind]}
 
 
+# "did not pass", "would not load": "didn't" and "wouldn't" (`WORDS`), written out
+_NOT = re.compile(r"\b(?:did|does|would|could) not\b", re.IGNORECASE)
 _ADD_UP = re.compile(r"\b(?:add|adds|added|adding) up\b", re.IGNORECASE)
 # "under a dollar", "below 5 %", "less than one cent": under a quantity, not "under review"
 _UNDER = re.compile(r"\b(?:under|below|less than)\s+(?:(?:a|an|one)\b|[$€£]?\d)",
@@ -105,6 +107,8 @@ def asked(question: str) -> set[str]:
     """The tags `question`'s words name."""
     question = _NEW_SUBJECT.sub(" ", question)
     out: set[str] = {TAGS["lowest"]} if _UNDER.search(question) else set()
+    if _NOT.search(question):
+        out.add(TAGS["odd"])
     if _ADD_UP.search(question):  # "which kit didn't add up": a difference left over
         out |= {TAGS["nonzero"], TAGS["negative"]}
     for w in WORD.findall(question):

@@ -109,6 +109,19 @@ def test_a_record_whose_list_is_empty_where_the_others_hold_one_is_odd() -> None
                      Notable("odd", "Tags", (f'"{instances[2]["InstanceId"]}"',))]
 
 
+def test_the_one_that_did_not_pass_is_the_odd_result_written_out_or_not() -> None:
+    """"Did not pass" asks for the odd row as "didn't" does: the one FAIL among PASSes."""
+    results = [{"id": f"INSP-24-0{6100 + 13 * n}", "type": "Framing", "result": "PASS"}
+               for n in range(8)]
+    results[5] = {**results[5], "result": "FAIL"}
+    assert notable(json.dumps({"inspections": results}, indent=2)) == [
+        Notable("odd", "result", (f'"{results[5]["id"]}"',))]
+    for q in ("What is the reference for the only inspection that did not pass?",
+              "Which inspection didn't pass?", "Which page would NOT load?"):
+        assert asked(q) == {TAGS["odd"]}, q
+    assert asked("I do not know which inspection is next; what is not booked yet?") == set()
+
+
 def test_a_reading_far_outside_its_columns_spread_is_the_lowest() -> None:
     """An incubator that holds 37.0 +- 0.2 degrees but for one reading: far under the
     rest by their spread (median absolute deviation), not by a ratio."""
