@@ -8,7 +8,10 @@ row has fewer cells than its header and the table falls apart (store/notable.py
 (three names or more, no numbers, `table_header`), the lines under it to the first
 blank one, and the columns are the stretches some line prints in; a blank stretch in
 every line separates them. A header name that covers no stretch of its own (a text
-column whose rows share a space) joins the name before it.
+column whose rows share a space) joins the name before it. A row padded unlike the rest
+(`RFI-0147  Sprinkler main routing  BR+A Engineers  2024-03-04 …`), whose values the
+columns' ends would cut, is read at its runs of two spaces when they give a cell for
+each column.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ _INK = re.compile(r"\S+")
 _COLUMN = re.compile(rb"\x01+")
 _RULE = re.compile(r"^[\s\-=+|:]+$")
 _CELLS = re.compile(r"\S(?: ?\S)*")  # a header's names: words a single space apart
+_RUNS = re.compile(r"\s{2,}")
 
 
 def fixed_tables(lines: list[str]) -> Iterator[Aligned]:
@@ -80,6 +84,12 @@ def _read(head: str, body: list[str]) -> Aligned | None:
             cols.append((starts[k], starts[k + 1] if k + 1 < len(starts) else b, name))
     if len(cols) < 3 or sum(1 for _, _, n in cols if n) < 3:
         return None
-    rows: list[tuple[tuple[str, ...], list[Any]]] = [
-        ((line.strip(),), [line[a:b].strip() for a, b, _ in cols]) for line in body]
+    rows: list[tuple[tuple[str, ...], list[Any]]] = []
+    for line in body:
+        cells = [line[a:b].strip() for a, b, _ in cols]
+        if any(0 < b < len(line) and not line[b - 1].isspace() and not line[b].isspace()
+               for _, b, _ in cols[:-1]):  # a column's end cuts a value: padded unlike
+            split = _RUNS.split(line.strip())  # the rest; read as printed, if it can be
+            cells = split if len(split) == len(cols) else cells
+        rows.append(((line.strip(),), cells))
     return [n for _, _, n in cols], rows

@@ -55,6 +55,30 @@ def test_an_aligned_table_is_read_by_where_its_columns_are() -> None:
     assert header[4] == "RESTARTS" and rows[8][1][3:5] == ["CrashLoopBackOff", "568 (4m ago)"]
 
 
+def test_a_row_padded_unlike_the_rest_is_read_as_printed() -> None:
+    """An RFI log whose closed items leave `days_open` blank, and one row printed with
+    two spaces between its values instead of the columns' padding: read by position it
+    would be cut mid-value; its runs of two spaces give one cell a column. The longest
+    waiting is its `opened`; a pprof-style row whose runs do not match stays positional."""
+    rows = [f"RFI-0{150 + k}  {'Exterior soffit framing':<30}  {'Coastline Structural':<22}  "
+            f"2024-04-{10 + k}  2024-04-{17 + k}  {'Closed' if k % 2 else 'Open':<8}"
+            + ("" if k % 2 else f"  {30 - k:>9}") for k in range(6)]
+    odd = "RFI-0147  Sprinkler main routing  BR+A Engineers  2024-03-04  2024-03-11  Open  77"
+    head = (f"RFI       {'subject':<30}  {'ball_in_court':<22}  opened      due         "
+            "status    days_open")
+    ((header, read),) = list(fixed_tables([head, *rows[:3], odd, *rows[3:]]))
+    assert header == ["RFI", "subject", "ball_in_court", "opened", "due", "status",
+                      "days_open"]
+    assert read[3][1] == ["RFI-0147", "Sprinkler main routing", "BR+A Engineers",
+                          "2024-03-04", "2024-03-11", "Open", "77"]
+    assert read[1][1][2:] == ["Coastline Structural", "2024-04-11", "2024-04-18", "Closed", ""]
+    ends = extremes(tables("\n".join([head, *rows[:3], odd, *rows[3:]])))
+    got = asked_columns("Which open question to the design team has been sitting "
+                        "unanswered the longest?", {e.tag: column_terms(e.column) for e in ends})
+    assert got[tag("min", {"open"})] == 1.0
+    assert {e.tag: e.probes[0] for e in ends}[tag("min", {"open"})].startswith("RFI-0147")
+
+
 @pytest.mark.parametrize("text", [
     "EDC query listing  |  study VRX-201  |  snapshot: 2024-05-20\n" + "a  b  c\n" * 3,
     "12   40   7\n" + "1   2   3\n" * 6,  # values, no header
