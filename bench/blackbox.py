@@ -136,7 +136,8 @@ SETS = {"first": _DIR / "blackbox-sessions.json.gz",
         "seventh": _DIR / "blackbox7-sessions.json.gz",
         "eighth": _DIR / "blackbox8-sessions.json.gz",
         "ninth": _DIR / "blackbox9-sessions.json.gz",
-        "tenth": _DIR / "blackbox10-sessions.json.gz"}
+        "tenth": _DIR / "blackbox10-sessions.json.gz",
+        "eleventh": _DIR / "blackbox11-sessions.json.gz"}
 DATA = SETS["first"]
 PACED = ("rwoe", "mask")
 
@@ -174,7 +175,9 @@ async def loop(policy: str, data: list[dict[str, Any]], paced: bool = False
     missed: list[str] = []
     try:
         for i, s in enumerate(data):
-            asks = {f["ask_index"] + 1: f for f in s["facts"]}
+            asks: dict[int, list[dict[str, Any]]] = {}  # a message may ask two at once
+            for f in s["facts"]:
+                asks.setdefault(f["ask_index"] + 1, []).append(f)
             for k in s["requests"]:
                 messages = s["messages"][:k]
                 if paced and messages[-1]["role"] == "user":
@@ -184,8 +187,7 @@ async def loop(policy: str, data: list[dict[str, Any]], paced: bool = False
                 if k != s["requests"][0]:  # what a provider's prefix cache serves
                     c["turns"] += 1
                     c["prefix_permille"] += round(prep.prefix_ratio * 1000)
-                f = asks.get(k)
-                if f is not None:
+                for f in asks.get(k, ()):
                     _tally(c, missed, s["id"], f, prep.body)
     finally:
         await pipeline.close()
