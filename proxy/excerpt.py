@@ -1,6 +1,6 @@
 """What of a recalled passage is shown: the lines that match the query, the first field
-of the record each belongs to and the fields after them, a record continued from the next passage or begun in the one before, a window of a
-line too long to keep.
+of the record each belongs to and the fields after them, a record continued from the
+next passage or begun in the one before, a window of a line too long to keep.
 
 A passage is cut by length (store/terms.py `passages`), not by meaning, and a recall
 block has a budget: these choose the part of it that answers the step (proxy/recall.py

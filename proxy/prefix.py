@@ -40,7 +40,8 @@ def known_prefix(messages: Sequence[dict[str, Any]], prev: Prefix | None) -> lis
     out: list[MsgInfo] = []
     if prev is not None:
         old, known = prev.messages, prev.infos
-        for i in range(min(len(old), len(messages))):
+        for i in range(min(len(old), len(known), len(messages))):  # an in-process
+            # caller may have grown the list it passed last time, in place
             if messages[i] != old[i]:
                 break
             out.append(known[i])

@@ -29,6 +29,7 @@ from proxy.relate import Relevance
 from proxy.results import matched_calls, results_of, with_results
 from proxy.runtime import RouteRuntime
 from proxy.session import SessionState
+from proxy.step import questions
 from store.base import RecallQuery, Store
 from store.relevance import Hit
 from store.terms import terms
@@ -72,13 +73,16 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
     results = results_of(conv) if rel.step.asks else {}
     calls = matched_calls(rel.hits, results, settings.question_min_relevance)
 
+    # a message that asks two things or more: as many passages for each (proxy/step.py)
+    top_k = settings.top_k * max(1, len(questions(rel.step.query)) if rel.step.asks else 1)
+
     def choose(recallable: set[str]) -> list[Recalled]:
         chosen = select([h for h in rel.hits if (h.chunk_id, h.piece) not in shown],
                         recallable, state.meta, query=query,
                         min_relevance=(min(settings.min_relevance,
                                            settings.question_min_relevance)
                                        if rel.step.asks else settings.min_relevance),
-                        min_relative=settings.min_relative, top_k=settings.top_k,
+                        min_relative=settings.min_relative, top_k=top_k,
                         budget=cap, count=count,
                         vectors=[v for v in rel.vectors if (v[0].chunk_id, v[0].piece)
                                  not in shown],

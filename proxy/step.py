@@ -167,21 +167,62 @@ def related_of(step: Step, table: RelatedWords | None, min_similarity: float
     return table.expand(words[:RELATED_WORDS], min_similarity)
 
 
+def _words_search(index: RelevanceIndex, step: Step, related: Related | None) -> list[Hit]:
+    """The lexical matches of `step`'s words (`search`)."""
+    own = index.query_terms(compounds_joined(step.query), settle=not step.reply)
+    extra = index.related_terms(related, own) if related else {}
+    # "the biggest amount": the rows that stand out (store/notable.py); the yardstick
+    # when none of the question's own words is in the session
+    tags = index.notable_terms(step.query) if step.asks else {}
+    if not (own or tags):
+        return []
+    # a question's adjacent words also count as a phrase ("Hotel Alfama")
+    pairs = index.phrases(step.query) if step.asks else None
+    return index.search({**own, **extra, **tags}, step.source,
+                        ideal=index.ideal(own or tags), phrases=pairs)
+
+
+_QUESTION_END = re.compile(r"(?<=\?)\s+")
+
+
+def questions(text: str) -> list[str]:
+    """The questions of a message that asks two or more (each up to its question mark,
+    with what leads into it: "Quick ones: what version …?"); [] for one."""
+    asked = [q for q in _QUESTION_END.split(text.strip()) if "?" in q and asking(q)]
+    return asked if len(asked) > 1 else []
+
+
 def search(index: RelevanceIndex, step: Step, related: Related | None = None) -> list[Hit]:
     """Matches of the step's words (BM25, strength against the words' yardstick; a
     question's `related` words count at cosine x idf, outside the yardstick) and of its
-    tool output's rare identifiers (each such match is clear: strength 1)."""
+    tool output's rare identifiers (each such match is clear: strength 1). A message that
+    asks two things or more is searched a question at a time (`questions`), each against
+    its own yardstick, and a passage keeps its best match: "which tender was closest? And
+    which road was shut?" measured as one query gave each answer half a strength."""
     hits: list[Hit] = []
     if step.words:
-        own = index.query_terms(compounds_joined(step.query), settle=not step.reply)
-        extra = index.related_terms(related, own) if related else {}
-        # "the biggest amount": the rows that stand out (store/notable.py); the yardstick
-        # when none of the question's own words is in the session
-        tags = index.notable_terms(step.query) if step.asks else {}
-        if own or tags:  # a question's adjacent words also count as a phrase ("Hotel Alfama")
-            pairs = index.phrases(step.query) if step.asks else None
-            hits = index.search({**own, **extra, **tags}, step.source,
-                                ideal=index.ideal(own or tags), phrases=pairs)
+        asked = questions(step.query) if step.asks else []
+        if asked:
+            best: dict[tuple[str, int], Hit] = {}
+            found = []
+            for q in asked:
+                own_words = set(_words(q))
+                mine = {w: r for w, r in (related or {}).items() if r[0] in own_words}
+                found.append(_words_search(index, replace(step, words=q), mine))
+            # each question's scores on one scale, its best word match at the best's:
+            # recall keeps matches within a share of the best (`recall.min_relative`)
+            tops = [max((h.score for h in f if h.strength < 1.0), default=0.0) for f in found]
+            for f, top in zip(found, tops, strict=True):
+                scale = max(tops) / top if top > 0 else 1.0
+                for h in f:
+                    h = replace(h, score=h.score * scale)
+                    prev = best.get((h.chunk_id, h.piece))
+                    if prev is None or (h.strength, h.score) > (prev.strength, prev.score):
+                        best[(h.chunk_id, h.piece)] = h
+            hits = sorted(best.values(), key=lambda h: (-h.strength, -h.score, h.chunk_id,
+                                                        h.piece))
+        else:
+            hits = _words_search(index, step, related)
     if step.ids_from:
         rare = index.rare_identifiers(step.ids_from, step.source)
         if rare:

@@ -1,0 +1,84 @@
+"""A message that asks two things at once (proxy/step.py `questions`): each question is
+searched on its own and gets its own passages, as it would asked alone."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from proxy.config import Settings
+from proxy.pipeline import Pipeline
+from proxy.step import questions
+from store.base import MemoryStore
+from store.relevance import RelevanceIndex
+from tests.support.asking import ask
+from tests.support.messages import assistant, call, tool, user
+
+TWO = ("The duty chief is calling back. He wants two things: which engine is laid up "
+       "waiting on repairs right now? And which road was shut because of the downed lines?")
+
+
+def test_a_message_is_split_into_its_questions_only_when_it_asks_two_or_more() -> None:
+    assert questions(TWO) == [
+        "The duty chief is calling back. He wants two things: which engine is laid up "
+        "waiting on repairs right now?",
+        "And which road was shut because of the downed lines?"]
+    assert questions("Which engine is laid up? Send the list to Dana.") == []
+    assert questions("Done. Is 4.1 the version? Ok.") == []  # one question only
+    assert len(questions("Which one failed? Who fixed it? When?")) == 3
+
+
+def units(n: int) -> str:
+    return json.dumps([{"unit": f"E{3400 + 10 * n + k}", "type": "Type 3 engine",
+                        "station": f"Station {k + 2}", "crew": 3 + k % 2,
+                        "status": ("out of service - awaiting repairs" if (n, k) == (2, 5)
+                                   else "available")} for k in range(9)], indent=1)
+
+
+def roads(n: int) -> str:
+    return "\n".join(
+        [f"{'road':<16}{'status':<10}reason", *(
+            f"{name:<16}{('closed' if (n, k) == (3, 2) else 'open'):<10}"
+            f"{'downed power lines' if (n, k) == (3, 2) else 'traffic control point'}"
+            for k, name in enumerate(("Calle Serrano", "Old Mill Rd", "Route 9",
+                                      "Canyon Dr", "Ridge Ln", "Mesa Blvd")))])
+
+
+def test_each_question_of_two_finds_its_answer_as_strongly_as_asked_alone() -> None:
+    index = RelevanceIndex()
+    for n in range(12):
+        index.add(f"out{n}", units(n) if n % 2 == 0 else roads(n))
+    _, both = ask(index, TWO)
+    for alone, chunk in ((questions(TWO)[0], "out2"), (questions(TWO)[1], "out3")):
+        _, solo = ask(index, alone)
+        best = next(h for h in solo if h.chunk_id == chunk)
+        mine = next(h for h in both if h.chunk_id == chunk and h.piece == best.piece)
+        assert mine.strength == best.strength
+
+
+async def test_a_message_asking_two_things_recalls_both_answers_back_to_back() -> None:
+    st = Settings(store={"path": ":memory:"}, routes=[{
+        "name": "t", "model": "t-*", "context_window": 3000, "max_output_tokens": 256,
+        "upstream": {"model": "openai/gpt-4o", "api_key": "unused"}}])
+    pipeline = Pipeline(st, MemoryStore())
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You support dispatch."},
+                                  user("Keep the board current while the fire runs.")]
+    try:
+        for n in range(20):
+            cid = f"call_{n}"
+            name, out = ("unit_status", units(n)) if n % 2 == 0 else ("roads", roads(n))
+            msgs += [assistant(None, call(cid, name, "{}")), tool(cid, out),
+                     assistant(f"Board updated ({n})."), user("Keep going.")]
+            await pipeline.prepare({"model": "t-1", "messages": list(msgs)}, st.routes[0],
+                                   "t", "s")
+        before = await pipeline.prepare({"model": "t-1", "messages": list(msgs)},
+                                        st.routes[0], "t", "s")
+        prep = await pipeline.prepare({"model": "t-1", "messages": [*msgs[:-1], user(TWO)]},
+                                      st.routes[0], "t", "s")
+    finally:
+        await pipeline.close()
+    engine, road = "E3425", "closed    downed power lines"
+    sent = json.dumps(before.body["messages"])
+    assert engine not in sent and road not in sent  # the premise: both evicted
+    sent = json.dumps(prep.body["messages"])
+    assert engine in sent and road in sent
