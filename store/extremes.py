@@ -59,7 +59,8 @@ class End:
 
 
 # what a question's word says of the column it means: "the cheapest" is a cost or a
-# price, "the slowest" a time, "money" a cost or an amount (counted as its own words)
+# price, "the slowest" a time, "money" a cost or an amount, "the driest" a humidity,
+# "the closest" a distance (counted as its own words)
 COLUMN_WORDS = {
     "cheapest": "cost price", "priciest": "cost price", "costliest": "cost price",
     "expensive": "cost price", "money": "cost spend amount", "spent": "cost spend",
@@ -71,14 +72,17 @@ COLUMN_WORDS = {
     "big": "size amount total", "warmest": "temp temperature",
     "hottest": "temp temperature", "coldest": "temp temperature",
     "coolest": "temp temperature", "fullest": "used usage percent",
-    "space": "used usage percent"}
+    "space": "used usage percent", "driest": "humidity rh moisture",
+    "wettest": "humidity rh rain rainfall precip", "closest": "distance dist mi miles km",
+    "nearest": "distance dist mi miles km", "farthest": "distance dist mi miles km",
+    "furthest": "distance dist mi miles km"}
 # a header's abbreviations, and what they abbreviate (`avg_basket` is an average)
 ABBREVIATIONS = {"avg": "average", "pct": "percent", "%": "percent", "qty": "quantity",
                  "amt": "amount", "temp": "temperature", "txn": "transaction",
                  "txns": "transactions", "cnt": "count", "num": "number", "hrs": "hours",
                  "mins": "minutes", "secs": "seconds", "rpt": "report",
                  "dep": "departure", "arr": "arrival", "dept": "department",
-                 "dur": "duration", "cum": "cumulative total"}
+                 "dur": "duration", "cum": "cumulative total", "rh": "relative humidity"}
 # how long a thing has been waiting or open is the distance to its start: "the ticket
 # that has been waiting the longest" is the earliest `opened`, "open the shortest" the
 # latest (a date column's other end from the superlative's). Only with a word of waiting:

@@ -383,3 +383,16 @@ def test_a_count_three_levels_down_under_a_numbered_key_is_a_column() -> None:
                         columns)
     assert set(got) == {tag("max", {"429", "statu", "xx"}), tag("min", {"429", "statu", "xx"})}
     assert column_terms("revenue.2024") == {"revenu", "2024"} and column_terms("1.5") == set()
+
+
+def test_the_driest_is_a_humidity_and_the_closest_a_distance() -> None:
+    """"The driest reading" names `rh_pct` (relative humidity), "sitting closest" names
+    `MI_TO_ICP` (miles): neither header holds the question's words."""
+    names = ("temp_f", "rh_pct", "gust_mph", "SPEED_MPH", "MI_TO_ICP", "HDG")
+    columns = {tag(end, column_terms(c)): column_terms(c) for c in names
+               for end in ("max", "min")}
+    dry = asked_columns("Which of the weather stations had the driest reading today?",
+                        columns)
+    assert set(dry) == {tag("max", column_terms("rh_pct")), tag("min", column_terms("rh_pct"))}
+    near = asked_columns("Which tender was sitting closest to the command post?", columns)
+    assert set(near) == {tag(e, column_terms("MI_TO_ICP")) for e in ("max", "min")}
