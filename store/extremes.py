@@ -7,7 +7,8 @@ table an agent printed, whether or not it stands out (store/notable.py finds onl
 rows that do). The question names the column in its words ("restarts" for `RESTARTS`,
 "damage charge" for `damage_charge`) and the end of it by a superlative.
 
-So each numeric or dated column of a tool output's table (`numeric_columns`) marks its
+So each numeric or dated column of a tool output's table (`numeric_columns`; a table
+without a header names a column by the key its cells open with, `TOC=382.5 ppb`) marks its
 highest and its lowest row, when no other row ties it, with a tag of its own: `~max:`
 or `~min:` and the column's terms (`tag`), counted by the row's passage (store/
 relevance.py `RelevanceIndex.examine`). A question whose words name an end (`ends`) and
@@ -171,9 +172,27 @@ def extremes(found: list[Table]) -> list[End]:
     """The top and bottom rows of each named numeric or dated column of `found`."""
     out: dict[End, None] = {}
     for header, rows in found:
-        if header is not None:
-            out.update(dict.fromkeys(_in_table(header, rows)))
+        named = header if header is not None else keyed(rows)
+        if named is not None:
+            out.update(dict.fromkeys(_in_table(named, rows)))
     return list(out)
+
+
+_KEY = re.compile(r"([A-Za-z][A-Za-z0-9_.%/-]*)=")
+
+
+def keyed(rows: list[Row]) -> list[str] | None:
+    """A header-less table's column names where its cells say them (`TOC=382.5 ppb`,
+    `latency=812ms`: a log of key=value readings), each the key 80 % of the column's
+    cells open with; None when no column has one."""
+    width = max(len(cells) for _, cells in rows)
+    names = []
+    for j in range(width):
+        keys = [m.group(1) if isinstance(c, str) and (m := _KEY.match(c)) else None
+                for _, cells in rows for c in (cells[j] if j < len(cells) else None,)]
+        top = max(set(keys), key=keys.count)
+        names.append(top if top is not None and keys.count(top) >= 0.8 * len(keys) else "")
+    return names if any(names) else None
 
 
 def _in_table(header: Any, rows: list[Row]) -> Iterator[End]:

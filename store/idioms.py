@@ -70,6 +70,8 @@ readonly: ro replica replicas reader standby
 retry retries retried retrying: backoff
 year yearly: annual annually annualized
 worth: value valuation
+connecting connection connections: transfer transfers
+bag bags baggage: pieces pcs
 respondents respondent: participants adults subjects surveyed sample
 """
 

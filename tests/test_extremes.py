@@ -14,6 +14,7 @@ from store.extremes import (
     day,
     ends,
     extremes,
+    keyed,
     tag,
     unit_terms,
 )
@@ -72,11 +73,11 @@ def test_a_row_padded_unlike_the_rest_is_read_as_printed() -> None:
     assert read[3][1] == ["RFI-0147", "Sprinkler main routing", "BR+A Engineers",
                           "2024-03-04", "2024-03-11", "Open", "77"]
     assert read[1][1][2:] == ["Coastline Structural", "2024-04-11", "2024-04-18", "Closed", ""]
-    ends = extremes(tables("\n".join([head, *rows[:3], odd, *rows[3:]])))
+    found = extremes(tables("\n".join([head, *rows[:3], odd, *rows[3:]])))
     got = asked_columns("Which open question to the design team has been sitting "
-                        "unanswered the longest?", {e.tag: column_terms(e.column) for e in ends})
+                        "unanswered the longest?", {e.tag: column_terms(e.column) for e in found})
     assert got[tag("min", {"open"})] == 1.0
-    assert {e.tag: e.probes[0] for e in ends}[tag("min", {"open"})].startswith("RFI-0147")
+    assert {e.tag: e.probes[0] for e in found}[tag("min", {"open"})].startswith("RFI-0147")
 
 
 @pytest.mark.parametrize("text", [
@@ -396,3 +397,24 @@ def test_the_driest_is_a_humidity_and_the_closest_a_distance() -> None:
     assert set(dry) == {tag("max", column_terms("rh_pct")), tag("min", column_terms("rh_pct"))}
     near = asked_columns("Which tender was sitting closest to the command post?", columns)
     assert set(near) == {tag(e, column_terms("MI_TO_ICP")) for e in ("max", "min")}
+
+
+def test_a_headerless_log_of_key_value_readings_names_its_columns_by_their_keys() -> None:
+    """`TOC=382.5 ppb  COND=0.56 uS/cm` lines have no header: each column is named by the
+    key its cells open with, so "the highest TOC" finds its row; "the most connecting
+    bags" names `transfer_pcs` by the trade's words (a connecting bag is a transfer)."""
+    lines = [f"2024-08-1{k // 4} {k:02d}:10  LOOP-WFI-2  POU-4.0{k % 3}  "
+             f"TOC={(382.5 if k == 5 else 100 + 7 * k):.1f} ppb   COND=0.{40 + k} uS/cm"
+             for k in range(8)]
+    ((header, rows),) = tables("\n".join(lines))
+    assert header is None and keyed(rows) == ["", "", "", "TOC", "COND"]
+    found = {e.tag: e for e in extremes(tables("\n".join(lines)))}
+    assert found[tag("max", {"toc"})].probes == (lines[5],)
+    assert tag("max", {"toc"}) in asked_columns("What was the highest TOC we saw?",
+                                                {t: column_terms(e.column)
+                                                 for t, e in found.items()})
+    columns = {tag("max", column_terms(c)): column_terms(c)
+               for c in ("pieces", "weight_kg", "transfer_pcs")}
+    got = asked_columns("On the Frankfurt load, which can had the most connecting bags?",
+                        columns)
+    assert max(got, key=got.__getitem__) == tag("max", column_terms("transfer_pcs"))
