@@ -1,4 +1,4 @@
-"""Facts kept on workloads written apart: ten sets of black-box sessions.
+"""Facts kept on workloads written apart: eleven sets of black-box sessions.
 
 Each was written by a helper that saw none of ctxwarden's code or benches, with a
 generator of its own (one-offs, not kept; the sessions are kept as data):
@@ -91,6 +91,20 @@ generator of its own (one-offs, not kept; the sessions are kept as data):
   user, 12 constraint, five of these in the system prompt), each asked 35 or more
   messages later. Measured before it was read: RWOE kept 58 of 72 back to back (34 of
   48 tool facts), 64 cold; mask 57 / 57, lru 56 / 56, truncate 57 / 57.
+- *eleventh* (`tests/data/blackbox11-sessions.json.gz`, 2026-12-06, measured first, then
+  studied): six more domains (a coding agent fixing a flaky Django/Celery end-to-end
+  suite, an airport ramp's turnaround desk, a pharmaceutical batch-release desk, an
+  Airflow/dbt/Snowflake nightly pipeline, a wildfire dispatch desk, a mobile game's
+  economy), two sessions each; 12 sessions of 97-105 messages (~46-49k tokens, 34-39
+  tool outputs each: pytest and CI logs, git blame, docker compose, load sheets, METARs,
+  fuel orders, batch records, environmental monitoring, stability tables, DAG runs,
+  query history, unit status boards, RAWS readings, A/B results, IAP revenue, currency
+  ledgers), 72 facts (48 tool, 12 user, 12 constraint, five of these in the system
+  prompt), each asked 35 or more messages later, two to a message: every question
+  shares its user message with another ("Two quick ones: … ? And … ?"). Measured
+  before it was read (once a message's two facts both counted): RWOE kept 39 of 72
+  back to back (15 of 48 tool facts), 42 cold; mask 31 / 30, lru 34 / 31, truncate
+  30 / 30.
 Questions name neither the answer nor, where avoidable, its label.
 
 Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every

@@ -8,7 +8,7 @@ their figures (each section's footer says how and when it was made).
 Each section is a module with `run(quick) -> markdown` (sync or async); a section that
 fails is reported as failed in the document rather than silently left out. Loopback
 only, no network; the full run takes about an hour and a half on 2 cores (18 minutes
-the agent loops, about 52 the ten black-box sets, two at a time, whose paced replays
+the agent loops, about 57 the eleven black-box sets, two at a time, whose paced replays
 embed every passage, 6 the twenty seeds, 3.5 the pauses). `make bench ONLY="agentloop
 coldnext"` runs some sections.
 """
@@ -63,7 +63,7 @@ SECTIONS: dict[str, tuple[str, str, Callable[[bool], Any]]] = {
               "owes to its draw: the same sessions' generator on seeds 0-19, every policy, in "
               "process (bench/seeds.py).", _run("bench.seeds")),
     "blackbox": ("Facts kept on a workload written apart", "Sessions written apart by "
-                 "helpers that saw no code here (ten sets, fifty-nine domains nobody "
+                 "helpers that saw no code here (eleven sets, sixty-five domains nobody "
                  "here tuned for; the third and fourth are never studied, only counted), "
                  "every policy, in "
                  "process (bench/blackbox.py).",

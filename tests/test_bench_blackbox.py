@@ -19,7 +19,8 @@ from bench import blackbox
     ("sixth", 12, {"tool": 48, "user": 12, "constraint": 12}),
     ("eighth", 12, {"tool": 48, "user": 12, "constraint": 12}),
     ("ninth", 12, {"tool": 48, "user": 12, "constraint": 12}),
-    ("tenth", 12, {"tool": 48, "user": 12, "constraint": 12})])
+    ("tenth", 12, {"tool": 48, "user": 12, "constraint": 12}),
+    ("eleventh", 12, {"tool": 48, "user": 12, "constraint": 12})])
 def test_the_kept_sessions_plant_each_answer_once_and_ask_for_it_in_other_words(
         name: str, sessions: int, kinds: dict[str, int]) -> None:
     data = blackbox.sessions(blackbox.SETS[name])
@@ -49,3 +50,14 @@ async def test_a_replay_counts_what_was_forwarded() -> None:
     c, _ = await blackbox.loop("truncate", one)  # every request after the first
     assert c["turns"] == len(one[0]["requests"]) - 1
     assert 0 < c["prefix_permille"] < 1000 * c["turns"]
+
+
+async def test_a_message_that_asks_two_facts_counts_both() -> None:
+    """The eleventh set asks its facts two to a message: the back-to-back replay counts
+    each, as the cold one does (it counted only the last of the two)."""
+    one = blackbox.sessions(blackbox.SETS["eleventh"])[:1]
+    shared = Counter(f["ask_index"] for f in one[0]["facts"])
+    assert max(shared.values()) == 2  # the premise
+    for replay in (blackbox.loop, blackbox.cold):
+        c, missed = await replay("truncate", one)
+        assert sum(c[f"asked_{k}"] for k in ("tool", "user", "constraint")) == 6
