@@ -159,7 +159,7 @@ async def run(quick: bool = False) -> str:
             f"seeds {', '.join(map(str, seeds))}, each 9 sessions and 54 facts (18 of each "
             "kind) as in the HTTP run above, whose seed is 0. Recall's phrases, record "
             "fields and quantity rule were built on seeds 0-4, idioms on the misses of "
-            "seeds 1-9 (docs/design-notes.md).\n\n"
+            "seeds 1-14 (docs/design-notes.md).\n\n"
             + table(by, seeds) + untuned(by, seeds)
             + "\n\nHeld out: the same replay on `bench/heldout.py`, sessions written apart "
             "from the proxy and from `bench/agentgen.py` (incident response, analytics, "
