@@ -59,7 +59,8 @@ def test_each_question_of_two_finds_its_answer_as_strongly_as_asked_alone() -> N
 async def test_a_message_asking_two_things_recalls_both_answers_back_to_back() -> None:
     st = Settings(store={"path": ":memory:"}, routes=[{
         "name": "t", "model": "t-*", "context_window": 3000, "max_output_tokens": 256,
-        "upstream": {"model": "openai/gpt-4o", "api_key": "unused"}}])
+        "upstream": {"model": "openai/gpt-4o", "api_key": "unused"},
+        "recall": {"top_k": 1}}])  # one passage a question: both only if asked apart
     pipeline = Pipeline(st, MemoryStore())
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "You support dispatch."},
                                   user("Keep the board current while the fire runs.")]
