@@ -27,6 +27,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date
+from itertools import islice
 from typing import Any
 
 from store.idioms import idioms
@@ -60,13 +61,15 @@ class End:
 
 
 # what a question's word says of the column it means: "the cheapest" is a cost or a
-# price, "the slowest" a time, "money" a cost or an amount, "the driest" a humidity,
-# "the closest" a distance (counted as its own words)
+# price, "the slowest" a time, "how long did the worst take" a duration, "money" a cost
+# or an amount, "the driest" a humidity, "the closest" a distance (counted as its own
+# words)
 COLUMN_WORDS = {
     "cheapest": "cost price", "priciest": "cost price", "costliest": "cost price",
     "expensive": "cost price", "money": "cost spend amount", "spent": "cost spend",
     "slowest": "latency duration time took wait", "fastest": "latency duration time took",
     "longest": "duration time age days", "shortest": "duration time age days",
+    "long": "duration time took", "timing": "duration time took",
     "oldest": "age date created opened", "newest": "date created", "earliest": "date",
     "busiest": "count requests load", "biggest": "size amount total",
     "largest": "size amount total", "smallest": "size amount total",
@@ -92,6 +95,9 @@ SINCE_WORDS = {"longest": "min", "shortest": "max"}
 SINCE_COLUMNS = "date created opened started submitted filed received since"
 WAITING = frozenset("been waiting waited open sitting outstanding pending unanswered "
                     "unresolved stuck idle".split())
+SLOW_WORDS = frozenset("slowest longest worst".split())  # of a time: its top
+FAST_WORDS = frozenset("fastest quickest shortest best".split())  # its bottom
+_TIMES = frozenset(terms("duration latency took elapsed time"))  # a column of times
 EITHER_WORDS = frozenset({"worst", "best"})  # which end, the column says (coverage, latency)
 _BIG_ONE = re.compile(r"\bthe big ones?\b", re.IGNORECASE)  # "which invoice was the big one"
 
@@ -166,6 +172,76 @@ def day(cell: Any) -> float | None:
     except ValueError:
         return None
     return d + (int(m.group(4)) * 60 + int(m.group(5))) / 1440 if m.group(4) else d
+
+
+# a duration in a line's prose: `[SUCCESS 1 in 812.44s]`, `[select, 847 minutes]`,
+# `Pause Full ... 4816.422ms`, `38.42s call tests/...`, `after 11m42s`
+_PROSE_SPAN = re.compile(
+    r"(?<![\w.:-])(\d+(?:\.\d+)?)\s?(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|"
+    r"h|hrs?|hours?)(?:\s?(\d+(?:\.\d+)?)\s?(s|secs?|seconds?|m|mins?|minutes?))?(?![\w.])")
+_ANY_SPAN = re.compile(r"\d\s?[mshu]")  # may be one (3x as quick)
+_STAMP = re.compile(r"\[\d+(?:\.\d+)?s\]")  # a log line's uptime stamp (`[86145.812s]`)
+# a run's summary, whose time is the sum of the lines' (`Finished running 62 models in
+# ... (2083.04s)`, `=== 126 passed in 616.65s ===`, `Total delay = 7.38s`)
+_TOTAL = re.compile(r"^\s*[=*#-]{3}|\b(?:total|finished|summary|overall|elapsed)\b",
+                    re.IGNORECASE)
+_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+TIMED = "duration time"  # the column a log's timed lines make (`timed_lines`)
+
+
+def _seconds(m: re.Match[str]) -> float:
+    def one(n: str, unit: str) -> float:
+        u = "ms" if unit.startswith("milli") else unit[0] if unit != "ms" else "ms"
+        return float(n) * _SECONDS[u]
+    total = one(m.group(1), m.group(2))
+    return total + one(m.group(3), m.group(4)) if m.group(3) else total
+
+
+def timed_lines(text: str) -> list[End]:
+    """A log whose lines say how long each thing took, in prose (a dbt run's `[SUCCESS 1
+    in 812.44s]`, a GC log's pauses, a goroutine dump's `[select, 847 minutes]`, pytest's
+    `--durations`) is a column of times, `TIMED`: its top and bottom lines (unless tied),
+    so "the slowest model" finds its line. An uptime stamp `[86145.812s]` is no duration;
+    a line that holds two, or sums up a run (`_TOTAL`), is no row: its time is the whole
+    run's, not a thing's. Five timed lines at least; [] otherwise."""
+    if len(_ANY_SPAN.findall(text)) < MIN_TIMED:  # most outputs: one quick scan, no lines
+        return []
+    bare = _STAMP.sub(_blank, text) if "s]" in text else text  # offsets kept
+    by_line: dict[int, list[re.Match[str]]] = {}  # a line's start -> its durations
+    for m in _PROSE_SPAN.finditer(bare):
+        by_line.setdefault(bare.rfind("\n", 0, m.start()) + 1, []).append(m)
+    rows = sorted((_seconds(found[0]), start, found[0].group(0))
+                  for start, found in by_line.items() if len(found) == 1)
+    if len(rows) < MIN_TIMED:
+        return []
+    cterms = column_terms(TIMED)
+    out = []
+    for side, order in (("max", reversed(rows)), ("min", iter(rows))):
+        ends_ = list(islice(((v, line, token) for v, start, token in order
+                             for line in (_line(text, start),) if not _TOTAL.search(line)), 2))
+        if len(ends_) == 2 and ends_[0][0] != ends_[1][0]:
+            _, line, token = ends_[0]
+            probe = line.strip()
+            out.append(End(tag(side, cterms), TIMED,
+                           (probe if len(probe) <= PROBE_CHARS else _around(line, token),)))
+    return out
+
+
+def _line(text: str, start: int) -> str:
+    end = text.find("\n", start)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def _blank(m: re.Match[str]) -> str:
+    return " " * len(m.group(0))
+
+
+MIN_TIMED, PROBE_CHARS = 5, 160
+
+
+def _around(line: str, token: str) -> str:
+    at = line.find(token)
+    return line[max(0, at - PROBE_CHARS // 2): at + len(token)].strip()
 
 
 def extremes(found: list[Table]) -> list[End]:
@@ -259,11 +335,14 @@ def asked_columns(question: str, columns: dict[str, frozenset[str]],
                      for t in terms(said_for))
     since = {SINCE_WORDS[w] for w in said if w in SINCE_WORDS} if said & WAITING else set()
     started = set(terms(SINCE_COLUMNS)) if since else set()
+    # on a column of times, "the slowest" is its top and "the fastest" its bottom
+    slow, fast = bool(said & SLOW_WORDS), bool(said & FAST_WORDS)
+    against = {"min"} if slow and not fast else {"max"} if fast and not slow else set()
     out = {}
     for t, cterms in columns.items():
         if t[1:4] in since and any(c in started for c in cterms):
             out[t] = sum(1 for c in cterms if c in started) / math.sqrt(len(cterms))
-        elif t[1:4] in named:
+        elif t[1:4] in named and not (t[1:4] in against and any(c in _TIMES for c in cterms)):
             held = sum(1 for c in cterms if _holds(words, c))
             if not held and units and any(_holds(words, c) for c in units.get(t, ())):
                 held = 1  # its unit's words, where its header's hold none of the question's

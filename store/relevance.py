@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterable
 from itertools import pairwise
 
-from store.extremes import asked_columns, column_terms, ends, extremes
+from store.extremes import asked_columns, column_terms, ends, extremes, timed_lines
 from store.notable import asked, notable, placed, row_terms, said, tables
 from store.postings import EAGER, Hit, Postings
 from store.terms import PASSAGE_CHARS, WORD, identifiers, terms
@@ -71,16 +71,18 @@ class RelevanceIndex(Postings):
             pieces = [self._text[n] for n in nums]
             text = "".join(pieces)
             tabs = tables(text)
-            if not tabs:
+            timed = timed_lines(text)  # a log's lines that say how long each took
+            if not tabs and not timed:
                 continue
-            found = notable(text, tabs)
+            found = notable(text, tabs) if tabs else []
             for k, rows in placed(found, pieces).items() if found else ():
                 extra = row_terms(rows)
                 self.add_terms(nums[k], extra)
                 self._notes.setdefault(nums[k], []).extend(
                     zip(extra, (said([r]) for r in rows), (r.probes for r in rows),
                         strict=True))
-            for k, top in placed(extremes(tabs), pieces).items():  # a column's ends
+            ends_of = extremes(tabs) + timed if tabs else timed
+            for k, top in placed(ends_of, pieces).items():  # a column's ends
                 self.add_terms(nums[k], [e.tag for e in top])
                 for e in top:
                     self._columns[e.tag] = column_terms(e.column)

@@ -16,6 +16,7 @@ from store.extremes import (
     extremes,
     keyed,
     tag,
+    timed_lines,
     unit_terms,
 )
 from store.fixedwidth import fixed_tables
@@ -418,3 +419,62 @@ def test_a_headerless_log_of_key_value_readings_names_its_columns_by_their_keys(
     got = asked_columns("On the Frankfurt load, which can had the most connecting bags?",
                         columns)
     assert max(got, key=got.__getitem__) == tag("max", column_terms("transfer_pcs"))
+
+
+# a dbt run as its log prints it: START lines without a time, each model's OK line with
+# how long it took in its prose, and the run's total on a summary line
+MODELS = [("stg_orders", 4.12), ("stg_refunds", 0.84), ("int_fx_rates", 61.5),
+          ("fct_ledger_daily", 812.44), ("fct_invoices", 127.3), ("rpt_churn", 9.07)]
+DBT_LOG = "\n".join([
+    "10:02:11  Running with dbt=1.7.11",
+    *(line for k, (name, secs) in enumerate(MODELS, 1) for line in (
+        f"10:{k + 2:02d}:00  {k} of 6 START sql table model analytics.{name} ...... [RUN]",
+        f"10:{k + 2:02d}:30  {k} of 6 OK created sql table model analytics.{name} ...... "
+        f"[SUCCESS {k * 1000} in {secs}s]")),
+    "10:19:57  Finished running 6 models in 0 hours 17 minutes and 46.01 seconds (1066.01s).",
+    "10:19:57  Completed successfully",
+])
+
+
+def test_a_logs_lines_that_say_how_long_each_took_are_a_column_of_times() -> None:
+    """A log that says in its prose how long each thing took (`[SUCCESS 4000 in
+    812.44s]`) is a column of times: "the slowest model" finds its line, not the run's
+    total on the summary line (two durations, or `Finished`), and no line without a
+    time; an uptime stamp (`[86145.812s]`) is no duration."""
+    found = {e.tag: e for e in timed_lines(DBT_LOG)}
+    assert {e.column for e in found.values()} == {"duration time"}
+    slow = found[tag("max", {"durat", "time"})]
+    assert "fct_ledger_daily" in slow.probes[0] and "812.44s" in slow.probes[0]
+    assert "stg_refunds" in found[tag("min", {"durat", "time"})].probes[0]
+    gc = "\n".join(f"[2024-09-26T02:19:{k:02d}.431+0000][{86100 + k}.812s][info][gc] GC({k}) "
+                   f"Pause Young (Normal) 3071M->2954M(3072M) {k * k + 3}.065ms"
+                   for k in range(6))
+    gc_ends = {e.tag: e.probes[0] for e in timed_lines(gc)}  # the pauses, not the stamps
+    assert gc_ends[tag("max", {"durat", "time"})].endswith("28.065ms")
+    assert gc_ends[tag("min", {"durat", "time"})].endswith("3.065ms")
+    assert timed_lines("\n".join(DBT_LOG.splitlines()[:8])) == []  # three timed lines
+    idx = RelevanceIndex()
+    idx.add("dbt-run", DBT_LOG)
+    ask = "How long did the slowest model take in last night's run?"
+    tags = idx.notable_terms(ask)
+    assert set(tags) == {tag("max", {"durat", "time"})}
+    top = idx.search({**idx.query_terms(ask), **tags})[0]
+    assert "812.44s" in top.text and top.note == "max duration time"
+
+
+def test_on_a_column_of_times_the_slowest_is_its_top_and_the_fastest_its_bottom() -> None:
+    """"The slowest", "the worst" of a duration or a latency is its highest; "the
+    fastest", "the best" its lowest. Elsewhere the column still tells neither: "the worst
+    coverage" asks for both ends."""
+    names = ("latency_ms", "duration", "branch_coverage")
+    columns = {tag(end, column_terms(c)): column_terms(c) for c in names
+               for end in ("max", "min")}
+    assert set(asked_columns("Which endpoint had the worst latency?", columns)) == {
+        tag("max", {"latency", "ms"})}
+    assert set(asked_columns("Which build had the fastest duration?", columns)) == {
+        tag("min", {"durat"}), tag("min", {"latency", "ms"})}  # "fastest": a time's word
+    assert set(asked_columns("Which file had the worst branch coverage?", columns)) == {
+        tag(end, column_terms("branch_coverage")) for end in ("max", "min")}
+    # "how long did the worst take": a duration, though no word names the column
+    assert set(asked_columns("How long did the single worst test take in that report?",
+                             columns)) == {tag("max", {"durat"})}
