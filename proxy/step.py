@@ -185,11 +185,32 @@ def _words_search(index: RelevanceIndex, step: Step, related: Related | None) ->
 _QUESTION_END = re.compile(r"(?<=\?)\s+")
 
 
+# ", and" between two questions under one question mark: "how long did the worst test
+# take in that report, and that red build - which runner did it run on?"
+_AND = re.compile(r",\s+and\s+(?:also\s+)?")
+_WH = re.compile(r"\b(?:what|which|who|whose|when|where|how|why)\b", re.I)
+OWN_TERMS = 4  # terms each side of such an "and" holds, at least, to be a question alone
+
+
 def questions(text: str) -> list[str]:
     """The questions of a message that asks two or more (each up to its question mark,
-    with what leads into it: "Quick ones: what version …?"); [] for one."""
-    asked = [q for q in _QUESTION_END.split(text.strip()) if "?" in q and asking(q)]
+    with what leads into it: "Quick ones: what version …?"; or two joined by ", and",
+    each with its own question word and `OWN_TERMS` terms); [] for one."""
+    asked = []
+    for q in _QUESTION_END.split(text.strip()):
+        if "?" in q and asking(q):
+            asked.extend(_joined(q))
     return asked if len(asked) > 1 else []
+
+
+def _joined(question: str) -> list[str]:
+    """`question` split at an ", and" that joins two questions ("…which shard ran it, and
+    who reverted it?"), where both sides ask on their own; `[question]` otherwise."""
+    sides = _AND.split(question)
+    if len(sides) != 2 or not all(_WH.search(s) and len(terms(s)) >= OWN_TERMS
+                                  for s in sides):
+        return [question]
+    return sides
 
 
 def search(index: RelevanceIndex, step: Step, related: Related | None = None) -> list[Hit]:

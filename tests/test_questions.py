@@ -28,6 +28,23 @@ def test_a_message_is_split_into_its_questions_only_when_it_asks_two_or_more() -
     assert len(questions("Which one failed? Who fixed it? When?")) == 3
 
 
+def test_two_questions_joined_by_and_under_one_question_mark_are_two() -> None:
+    """", and" joins two questions when each side has its own question word and enough
+    words to be searched alone; a short tail ("and how many times?") stays with its
+    question."""
+    joined = ("For the description: how long did the single worst test take in that "
+              "timing report you ran, and that red build from Tuesday night - which "
+              "runner machine did its failing shard run on?")
+    assert questions(joined) == [
+        "For the description: how long did the single worst test take in that timing "
+        "report you ran",
+        "that red build from Tuesday night - which runner machine did its failing shard "
+        "run on?"]
+    assert questions("Which pod restarted overnight, and how many times?") == []
+    assert questions("Which pods restarted, and which ones were evicted by the "
+                     "node pressure?") == []  # "Which pods restarted": too few words
+
+
 def units(n: int) -> str:
     return json.dumps([{"unit": f"E{3400 + 10 * n + k}", "type": "Type 3 engine",
                         "station": f"Station {k + 2}", "crew": 3 + k % 2,
