@@ -80,6 +80,8 @@ COLUMN_WORDS = {
     "wettest": "humidity rh rain rainfall precip", "closest": "distance dist mi miles km",
     "nearest": "distance dist mi miles km", "farthest": "distance dist mi miles km",
     "furthest": "distance dist mi miles km"}
+# a word that names a measurement, where no word of `COLUMN_WORDS` says which
+VAGUE = {"reading": "temp temperature value level", "readings": "temp temperature value level"}
 # a header's abbreviations, and what they abbreviate (`avg_basket` is an average)
 ABBREVIATIONS = {"avg": "average", "pct": "percent", "%": "percent", "qty": "quantity",
                  "amt": "amount", "temp": "temperature", "txn": "transaction",
@@ -327,8 +329,10 @@ def asked_columns(question: str, columns: dict[str, frozenset[str]],
     said = {w.lower() for w in WORD.findall(question)}
     words = set(terms(question)) | said  # its stems, and its words ("cover" for `Cover`)
     trade = idioms()
+    # "the highest reading" names a measurement, unless a word says which ("the driest")
+    vague = said & VAGUE.keys() if said.isdisjoint(COLUMN_WORDS) else set()
     for w in said:
-        implied = COLUMN_WORDS.get(w)
+        implied = COLUMN_WORDS.get(w) or (VAGUE[w] if w in vague else None)
         if implied:
             words.update(terms(implied))
         words.update(t for said_for in trade.get(w.replace("-", ""), ())  # rate-limited

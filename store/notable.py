@@ -482,10 +482,19 @@ def _block(run: list[tuple[str, list[str]]]) -> Iterator[Table]:
     first = run[0][1]
     header = first if all(number(c) is None for c in first) else None
     body = run[1:] if header is not None else run
+    if header is not None and _words_only(body[0][1]) and not _words_only(body[1][1]):
+        # a title line split alike (`Device: FRIDGE-4W-01   Probe: glycol-buffered   …`)
+        # over the header (`timestamp   temp   status   door`): the header is the last
+        # line of words before the numbers
+        header, body = body[0][1], body[1:]
     if len(first) == 2 and not any(all(number(cells[j]) is not None for _, cells in body)
                                    for j in (0, 1)):
         return  # two cells: a name and its count, or no table (`key  value` lines)
     yield header, [((line.strip(),), cells) for line, cells in body]
+
+
+def _words_only(cells: list[str]) -> bool:
+    return all(number(c) is None for c in cells)
 
 
 def _split(lines: list[str], sep: str) -> Iterator[list[str]]:

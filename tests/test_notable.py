@@ -408,3 +408,23 @@ def test_records_five_levels_down_are_a_table() -> None:
              "isFuture": False} for i, n in enumerate(sizes)]}]}]})
     top = {e.tag: e.probes for e in extremes(tables(dirs))}
     assert top[tag("max", {"size"})] == ('"telemetry.gps-pings-v2-0"',)
+
+
+def test_a_title_line_split_like_the_table_is_not_its_header() -> None:
+    """A device log opens with a title line whose fields split like its columns
+    (`Device: …   Probe: …   Interval: 15 min   Range: 2.0-8.0 °C`); the header is the
+    line of words right above the numbers, so "the highest reading" names `temp` (a
+    reading is a temperature or a level: store/extremes.py)."""
+    temps = [5.6, 5.9, 6.2, 8.4, 9.6, 7.1, 6.8, 6.5]
+    log = "\n".join([
+        "Device: FRIDGE-4W-01   Probe: glycol-buffered   Interval: 15 min   Range: 2.0-8.0 °C",
+        "timestamp            temp     status   door",
+        *(f"2024-10-08 0{k}:00    {t} °C  {'ALARM' if t > 8 else 'OK   '}    closed"
+          for k, t in enumerate(temps))])
+    ((header, rows),) = tables(log)
+    assert header == ["timestamp", "temp", "status", "door"] and len(rows) == len(temps)
+    idx = RelevanceIndex()
+    idx.add("fridge", log)
+    ask = "What was the highest reading the 4 West fridge hit overnight?"
+    top = idx.search({**idx.query_terms(ask), **idx.notable_terms(ask)})[0]
+    assert top.note == "max temp"  # the row of 9.6 °C: its column's top
