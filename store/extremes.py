@@ -189,12 +189,14 @@ _TOTAL = re.compile(r"^\s*[=*#-]{3}|\b(?:total|finished|summary|overall|elapsed)
                     re.IGNORECASE)
 _SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 TIMED = "duration time"  # the column a log's timed lines make (`timed_lines`)
+MIN_TIMED, PROBE_CHARS = 5, 160  # timed lines, at least; a row's probe, at most
 
 
 def _seconds(m: re.Match[str]) -> float:
+    """A `_PROSE_SPAN` match in seconds (`11m42s`: two parts)."""
     def one(n: str, unit: str) -> float:
-        u = "ms" if unit.startswith("milli") else unit[0] if unit != "ms" else "ms"
-        return float(n) * _SECONDS[u]
+        return float(n) * _SECONDS["ms" if unit == "ms" or unit.startswith("milli")
+                                   else unit[0]]
     total = one(m.group(1), m.group(2))
     return total + one(m.group(3), m.group(4)) if m.group(3) else total
 
@@ -236,9 +238,6 @@ def _line(text: str, start: int) -> str:
 
 def _blank(m: re.Match[str]) -> str:
     return " " * len(m.group(0))
-
-
-MIN_TIMED, PROBE_CHARS = 5, 160
 
 
 def _around(line: str, token: str) -> str:
