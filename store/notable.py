@@ -480,7 +480,7 @@ def _block(run: list[tuple[str, list[str]]]) -> Iterator[Table]:
     if len(run) < MIN_ROWS:
         return
     first = run[0][1]
-    header = first if all(number(c) is None for c in first) else None
+    header = first if _words_only(first) else None
     body = run[1:] if header is not None else run
     if header is not None and _words_only(body[0][1]) and not _words_only(body[1][1]):
         # a title line split alike (`Device: FRIDGE-4W-01   Probe: glycol-buffered   …`)
