@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, replace
 
 from proxy.chunking import Conversation
+from store.acronyms import WEIGHT as ACRONYM_WEIGHT
+from store.acronyms import WORD, initials
 from store.idioms import idioms
 from store.related import RelatedWords
 from store.relevance import Hit, RelevanceIndex
@@ -160,11 +162,16 @@ def related_of(step: Step, table: RelatedWords | None, min_similarity: float
                ) -> Related:
     """A question's related words (store/related.py): related word -> (its word,
     cosine). Only for a question: it is about what the conversation has seen, in its
-    asker's words, not the source's; other steps keep their own words."""
+    asker's words, not the source's; other steps keep their own words. With them, the
+    initials of the names it spells out (store/acronyms.py), standing for those words."""
     if table is None or not step.asks or min_similarity >= 1.0:
         return {}
     words = list(dict.fromkeys(reversed(_words(step.query))))
-    return table.expand(words[:RELATED_WORDS], min_similarity)
+    out = table.expand(words[:RELATED_WORDS], min_similarity)
+    if ACRONYM_WEIGHT >= min_similarity:  # "ground power unit" finds GPU-M117
+        for letters, phrase in initials(step.query, table.table).items():
+            out.setdefault(letters, (phrase, ACRONYM_WEIGHT))
+    return out
 
 
 def _words_search(index: RelevanceIndex, step: Step, related: Related | None) -> list[Hit]:
@@ -227,8 +234,9 @@ def search(index: RelevanceIndex, step: Step, related: Related | None = None) ->
             best: dict[tuple[str, int], Hit] = {}
             found = []
             for q in asked:
-                own_words = set(_words(q))
-                mine = {w: r for w, r in (related or {}).items() if r[0] in own_words}
+                own_words, said = set(_words(q)), " ".join(WORD.findall(q.lower()))
+                mine = {w: r for w, r in (related or {}).items()
+                        if r[0] in own_words or " " in r[0] and f" {r[0]} " in f" {said} "}
                 found.append(_words_search(index, replace(step, words=q), mine))
             # each question's scores on one scale, its best word match at the best's:
             # recall keeps matches within a share of the best (`recall.min_relative`)

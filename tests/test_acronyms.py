@@ -1,0 +1,71 @@
+"""A question's spelled-out names find the initials a tool printed (store/acronyms.py)."""
+
+from __future__ import annotations
+
+from proxy.recall import ChunkMeta, select
+from proxy.step import Step, related_of, search
+from store.acronyms import WEIGHT, initials
+from store.related import RelatedWords, related_words
+from store.relevance import RelevanceIndex
+
+
+def test_initials_of_a_run_of_words_with_and_without_its_stop_words() -> None:
+    got = initials("which ground power unit packed up during the storm?")
+    assert got["gpu"] == "ground power unit"
+    assert got["gpup"] == "ground power unit packed"  # a longer run: found only if printed
+    assert initials("what was our mean time to recovery last quarter")["mttr"] == (
+        "mean time to recovery")
+    assert initials("the vehicle identification number on that pickup")["vin"] == (
+        "vehicle identification number")
+    assert initials("the bill of lading for that box")["bol"] == "bill of lading"
+    # two words are too few, a run never starts or ends on a stop word
+    assert "pr" not in initials("which pull request fixed it")
+    assert "tsc" not in initials("when the storm came through")  # "through" is a stop word
+    # initials that are a word of their own are not taken for a name
+    assert "won" not in initials("which work order number", known={"won"})
+    assert "won" in initials("which work order number")
+
+
+def index_of(texts: dict[str, str]) -> RelevanceIndex:
+    index = RelevanceIndex()
+    for cid, text in texts.items():
+        index.add(cid, text)
+    return index
+
+
+INVENTORY = "\n".join(
+    f"  - id: GPU-M{n}\n    status: {'U/S' if n == 117 else 'OK'}" for n in range(114, 120))
+# what else the shift looked at: bag scans, stand plans, a weather report
+SHIFT = {f"scan-{i}": f"LS11{i:02d},02209{i:05d},BULK,LOADED,stand {i}" for i in range(12)}
+
+
+def test_a_question_finds_the_record_its_initials_name_and_recall_says_why() -> None:
+    index = index_of({
+        **SHIFT,
+        "inventory": INVENTORY,
+        "weather": "Thunderstorm over the field from 18:10; lightning within 5 km.",
+        "chat": "Ground crew report all stands clear after the storm.",
+        "q": "Which ground power unit packed up during the storm?"})
+    question = Step(index.text("q"), "", frozenset({"q"}), asks=True)
+    related = related_of(question, related_words(), 0.35)
+    assert related["gpu"] == ("ground power unit", WEIGHT)
+    found = {h.chunk_id for h in search(index, question, related)}
+    assert "inventory" in found
+    assert "inventory" not in {h.chunk_id for h in search(index, question)}  # without it
+    hits = search(index, question, related)
+    meta = {c: ChunkMeta(1, "tool", "transient") for c in ("inventory", "weather", "chat")}
+    chosen = select(hits, {"inventory", "weather", "chat"}, meta, query=question.words,
+                    min_relevance=0.1, min_relative=0.0, top_k=8, budget=4000,
+                    count=lambda t: len(t) // 4, related=related)
+    why = {r.hit.chunk_id: r.why for r in chosen}
+    assert "gpu (~ground power unit)" in why["inventory"]
+
+
+def test_initials_a_session_never_printed_add_nothing_and_off_means_off() -> None:
+    index = index_of({"log": "Deploy finished; 3 pods restarted on node-7.",
+                      "q": "Which ground power unit packed up?"})
+    question = Step(index.text("q"), "", frozenset({"q"}), asks=True)
+    related = related_of(question, related_words(), 0.35)
+    assert "gpu" in related and "gpu" not in index.related_terms(related, {})
+    assert related_of(question, RelatedWords({}), 0.95) == {}  # above their cosine
+    assert related_of(question, related_words(), 1.0) == {}
