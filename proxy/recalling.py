@@ -54,7 +54,7 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
         return fit, result
     shown = set().union(*(b.keys for b in kept))
     count = rt.counter.text
-    cap = settings.budget(room) - rt.block_overhead - result.tokens
+    cap = settings.budget(room, rel.step.asks) - rt.block_overhead - result.tokens
     if asked_now and rel.step.asks:  # and what the request leaves free: nothing evicted
         cap = max(cap, room - fit.tokens - result.tokens - rt.block_overhead)
     stated: frozenset[tuple[str, int]] = frozenset()
@@ -74,7 +74,8 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
     calls = matched_calls(rel.hits, results, settings.question_min_relevance)
 
     # a message that asks two things or more: as many passages for each (proxy/step.py)
-    top_k = settings.top_k * max(1, len(questions(rel.step.query)) if rel.step.asks else 1)
+    top_k = (settings.question_top_k * max(1, len(questions(rel.step.query)))
+             if rel.step.asks else settings.top_k)
 
     def choose(recallable: set[str]) -> list[Recalled]:
         chosen = select([h for h in rel.hits if (h.chunk_id, h.piece) not in shown],

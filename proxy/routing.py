@@ -66,13 +66,17 @@ class RecallSettings(_Strict):
     """Recall reads the session's lexical index (proxy/recall.py): a passage of an evicted
     chunk comes back when its strength (BM25 over the query's ideal, in [0, 1]) reaches
     `min_relevance` and its score is within `min_relative` of the session's best match.
-    `budget_fraction` of the room is the most a recall may take, and only on turns that
-    recall (evicting to make room if it must); on a turn where the user asks, it may also
-    take the room the request leaves free. The defaults are calibrated in
+    `budget_fraction` of the room is the most a recall may take (`question_budget_fraction`
+    on a user's question), and only on turns that recall (evicting to make room if it
+    must); on a turn where the user asks, it may also take the room the request leaves
+    free. The defaults are calibrated in
     docs/design-notes.md."""
 
     enabled: bool = True
     budget_fraction: float = Field(0.10, ge=0, le=0.5)
+    # ...and when the user asks (the larger of the two): the answer is often a few
+    # passages down its matches; `enabled: false` turns recall off
+    question_budget_fraction: float = Field(0.20, ge=0, le=0.5)
     # ...but never less than this many tokens (up to a quarter of the room): a tenth of a
     # small window (270 tokens of a 3,000-token one) holds one passage of JSON, not two
     min_budget_tokens: int = Field(400, ge=0)
@@ -82,6 +86,10 @@ class RecallSettings(_Strict):
     # seen: its best evicted matches come back at this lower bar
     question_min_relevance: float = Field(0.10, ge=0, le=1)
     top_k: int = Field(8, ge=1)
+    # a question's reach: its answer often ranks below its eighth match (a value none of
+    # its words names, in a table or log its words do match); 12 kept 3 more facts back
+    # to back and 6 more cold on the eleven black-box sets (docs/design-notes.md)
+    question_top_k: int = Field(12, ge=1)
     # Vectors refine where ready: a passage whose cosine to the step's words reaches this
     # is recalled too (and counts in RWOE's sim); the step's vector is waited for at most
     # vector_wait_ms. 0.5 sits above the noise MiniLM gives unrelated passages (<= 0.46 on
@@ -105,11 +113,13 @@ class RecallSettings(_Strict):
     cross_session: bool = False
     timeout_ms: int = Field(1000, ge=1)
 
-    def budget(self, room: int) -> int:
-        """The most a recall may take of `room` tokens."""
-        if self.budget_fraction <= 0:
+    def budget(self, room: int, asks: bool = False) -> int:
+        """The most a recall may take of `room` tokens (`asks`: on a user's question)."""
+        fraction = (max(self.budget_fraction, self.question_budget_fraction) if asks
+                    else self.budget_fraction)
+        if fraction <= 0:
             return 0
-        return max(int(room * self.budget_fraction), min(self.min_budget_tokens, room // 4))
+        return max(int(room * fraction), min(self.min_budget_tokens, room // 4))
 
 
 class RouteSettings(_Strict):

@@ -281,3 +281,10 @@ def test_recall_budget_is_a_share_of_the_room_with_a_floor() -> None:
     assert r.budget(1_000) == 250  # the floor is capped at a quarter of the room
     assert RecallSettings(budget_fraction=0).budget(2_700) == 0
     assert RecallSettings(min_budget_tokens=0).budget(2_700) == 270
+    # a user's question may take twice the share: its answer is often a few matches down
+    assert r.budget(6_900, asks=True) == 1_380
+    assert r.budget(1_000, asks=True) == 250  # the same floor, the same cap
+    assert RecallSettings(question_budget_fraction=0).budget(6_900, asks=True) == 690
+    assert RecallSettings(budget_fraction=0.3).budget(6_900, asks=True) == 2_070
+    assert RecallSettings(budget_fraction=0, question_budget_fraction=0).budget(
+        6_900, asks=True) == 0

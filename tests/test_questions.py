@@ -77,7 +77,7 @@ async def test_a_message_asking_two_things_recalls_both_answers_back_to_back() -
     st = Settings(store={"path": ":memory:"}, routes=[{
         "name": "t", "model": "t-*", "context_window": 3000, "max_output_tokens": 256,
         "upstream": {"model": "openai/gpt-4o", "api_key": "unused"},
-        "recall": {"top_k": 1}}])  # one passage a question: both only if asked apart
+        "recall": {"question_top_k": 1}}])  # one passage a question: both if asked apart
     pipeline = Pipeline(st, MemoryStore())
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "You support dispatch."},
                                   user("Keep the board current while the fire runs.")]
@@ -100,3 +100,37 @@ async def test_a_message_asking_two_things_recalls_both_answers_back_to_back() -
     assert engine not in sent and road not in sent  # the premise: both evicted
     sent = json.dumps(prep.body["messages"])
     assert engine in sent and road in sent
+
+
+async def test_a_question_reaches_question_top_k_passages_where_another_step_has_top_k(
+        ) -> None:
+    """The answer to a question is often a few matches down (a value none of its words
+    names): a question may bring `question_top_k` passages, any other step `top_k`."""
+    st = Settings(store={"path": ":memory:"}, routes=[{
+        "name": "t", "model": "t-*", "context_window": 3000, "max_output_tokens": 256,
+        "upstream": {"model": "openai/gpt-4o", "api_key": "unused"},
+        "recall": {"top_k": 1, "question_top_k": 3, "min_relevance": 0.1}}])
+    pipeline = Pipeline(st, MemoryStore())
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You support dispatch."},
+                                  user("Keep the board current while the fire runs.")]
+
+    def passages(prep: Any) -> int:
+        return sum(str(m.get("content")).count("[chunk ") for m in prep.body["messages"])
+
+    try:
+        for n in range(20):
+            cid = f"call_{n}"
+            msgs += [assistant(None, call(cid, "unit_status", "{}")), tool(cid, units(n)),
+                     assistant(f"Board updated ({n})."), user("Keep going.")]
+            await pipeline.prepare({"model": "t-1", "messages": list(msgs)}, st.routes[0],
+                                   "t", "s")
+        asked = await pipeline.prepare(
+            {"model": "t-1", "messages": [*msgs[:-1], user(
+                "Which Type 3 engine at Station 4 had a crew of 3?")]}, st.routes[0], "t", "s")
+        told = await pipeline.prepare(
+            {"model": "t-1", "messages": [*msgs[:-1], user(
+                "Board: Type 3 engine at Station 4, crew of 3.")]}, st.routes[0], "t", "s")
+    finally:
+        await pipeline.close()
+    assert passages(asked) == 3
+    assert passages(told) == 1
