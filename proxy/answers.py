@@ -14,8 +14,9 @@ clear ("within `min_relative` of the best") stays the best unboosted score, and 
 similarity term is BM25's alone.
 
 Rare, because a number every passage repeats (a year, "14 business days") is
-formatting, not an answer. Only for questions (`Step.asks`): other steps are not looking
-for a value. Measured in docs/design-notes.md.
+formatting, not an answer. A value is three digits or more ("6,098"), or an amount of
+money or a magnitude whatever its digits ("$4.2 million", "€12.5m"). Only for
+questions (`Step.asks`): other steps are not looking for a value. Measured in docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -103,9 +104,7 @@ def states_value(index: RelevanceIndex, text: str, qterms: set[str]) -> bool:
     passages hold none, and a line's terms cost more than its digits."""
     lines = text.splitlines()
     for j, ln in enumerate(lines):
-        if len(_DIGIT.findall(ln)) < MIN_DIGITS or not any(
-                sum(c.isdigit() for c in tok) >= MIN_DIGITS
-                and 0 < index.df(tok.lower()) <= MAX_DF for tok in WORD.findall(ln)):
+        if not (_rare_number(index, ln) or _rare_amount(index, ln)):
             continue
         for i in range(max(0, j - NEAR), min(len(lines), j + NEAR + 1)):
             if not qterms.isdisjoint(text_terms(lines[i])):
@@ -113,4 +112,20 @@ def states_value(index: RelevanceIndex, text: str, qterms: set[str]) -> bool:
     return False
 
 
+def _rare_number(index: RelevanceIndex, line: str) -> bool:
+    return len(_DIGIT.findall(line)) >= MIN_DIGITS and any(
+        sum(c.isdigit() for c in tok) >= MIN_DIGITS
+        and 0 < index.df(tok.lower()) <= MAX_DF for tok in WORD.findall(line))
+
+
+def _rare_amount(index: RelevanceIndex, line: str) -> bool:
+    """An amount of money or a magnitude, whatever its digits ("$4.2 million", "€12.5m",
+    "3.1 billion"), that at most `MAX_DF` passages hold."""
+    return any(0 < index.df((m.group(1) or m.group(2)).lower()) <= MAX_DF
+               for m in _AMOUNT.finditer(line))
+
+
 _DIGIT = re.compile(r"[0-9]")
+_AMOUNT = re.compile(r"[$€£¥]\s?(\d[\d,]*(?:\.\d+)?[a-z]*)|"
+                     r"\b(\d[\d,]*(?:\.\d+)?)\s?(?:million|billion|trillion|thousand)\b",
+                     re.I)

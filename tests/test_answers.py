@@ -9,6 +9,7 @@ from proxy.answers import (
     asks_quantity,
     echoed_passages,
     stated_passages,
+    states_value,
     users_passages,
 )
 from proxy.recall import ChunkMeta, select
@@ -81,6 +82,26 @@ def test_a_value_every_passage_repeats_is_not_an_answer() -> None:
         idx.add(f"c{i}", text)
     own = idx.query_terms("How many people answered the survey in 2018?")
     assert stated_passages(idx, idx.search(own), set(own)) == frozenset()
+
+
+def test_an_amount_of_money_is_a_value_whatever_its_digits() -> None:
+    """ "$4.2 million" has two digits, fewer than a count's three, but says an amount; a
+    year beside it ("in 2022") recurs and says none."""
+    draft = [f"[{n}] The board met in 2022 and the district said the claims were settled."
+             for n in range(4)]
+    fact = "[6] Records show the district agreed in 2022 to pay $4.2 million to settle."
+    idx = RelevanceIndex()
+    for i, text in enumerate([*draft, fact, "Budget: €12.5m over 3 years for the plan.",
+                              "The plan was reviewed by the board twice."]):
+        idx.add(f"c{i}", text)
+    q = "How big is the settlement figure the draft cites?"
+    own = idx.query_terms(q)
+    hits = idx.search({**own, **idx.query_terms("settle")})
+    assert ("c4", 0) in stated_passages(idx, hits, set(own) | {"settl"})
+    assert not any(k[0] in {"c0", "c1", "c2", "c3"}
+                   for k in stated_passages(idx, hits, set(own) | {"settl"}))
+    assert states_value(idx, idx.text("c5"), {"plan"})  # "€12.5m": the same
+    assert not states_value(idx, idx.text("c6"), {"plan"})
 
 
 def test_the_boost_reorders_recall_without_raising_the_bar_for_the_others() -> None:
