@@ -54,6 +54,12 @@ charged bill billed: amount total fee fees invoice billed charged
 rejected refused: failed failure denied declined error
 signin signins logon logons: login logins auth authentication
 ratelimited throttled throttling: 429 throttle throttled ratelimit
+badgateway: 502
+gatewaytimeout: 504
+serviceunavailable: 503 unavailable
+unauthorized unauthorised: 401 unauthenticated
+forbidden: 403 denied
+servererror: 500
 cancelled canceled: void voided
 crew crews headcount staffing manpower: workers worker staff
 candidate candidates prerelease: rc beta alpha preview

@@ -154,6 +154,22 @@ def test_a_hyphenated_compound_brings_its_idiom_and_an_idioms_code_counts() -> N
                    "ratelimited", "gw3")
 
 
+def test_a_status_said_in_words_finds_its_code() -> None:
+    """"A single bad-gateway response" (or "bad gateway", written open) is a 502 in an
+    access log, as "rate-limited" is a 429."""
+    index = RelevanceIndex()
+    for h in range(5):
+        log = gateway_log(h, None)
+        if h == 2:
+            log += "\n2024-06-03T02:58:40Z GET /v2/orders/77 502 30011 ms req-22f07b18"
+        index.add(f"gw{h}", log)
+    index.add("notes", "The patch went out on Tuesday; latency looks fine since.")
+    for q in ("In that slice of the logs there was a single bad-gateway response. Which "
+              "request was it?", "Which request got the bad gateway response?"):
+        found_by_idiom(index, q, "502", "badgateway", "gw2")
+    assert idioms()["gatewaytimeout"] == ("504",)
+
+
 def test_an_open_compound_is_joined_only_where_the_idioms_list_it() -> None:
     """"Second line" and "sample size" are one word to a reader, written open; two words
     that happen to meet ("second, line"; "the line") are not joined."""
