@@ -5,7 +5,7 @@ embeddings, it joins "big" to "large" and "grew" to "growth", but in plain Engli
 does not know the shop talk that joins a user's words to what a tool prints: a test run
 that "went red" prints FAILED, the address to "point the browser at" is a URL with a
 port, "rate-limited" is a 429, a "machine" is an instance, a "label" a tag, a "ceiling"
-a cap or a limit. A compound is listed joined ("ratelimited" for "rate-limited",
+a cap or a limit, a "bad gateway" a 502, Japanese `ja` in a list of languages. A compound is listed joined ("ratelimited" for "rate-limited",
 "secondline" for "second line": proxy/step.py `_words`; an open one also stands
 for its parts among the question's own words, `compounds_joined`). Each
 line here is one such idiom of software, operations, data, research and contracts: the
@@ -60,6 +60,17 @@ serviceunavailable: 503 unavailable
 unauthorized unauthorised: 401 unauthenticated
 forbidden: 403 denied
 servererror: 500
+japanese: ja
+chinese mandarin cantonese: zh
+korean: ko
+vietnamese: vi
+swedish: sv
+greek: el
+ukrainian: uk
+czech: cs
+danish: da
+arabic: ar
+hindi: hi
 cancelled canceled: void voided
 crew crews headcount staffing manpower: workers worker staff
 candidate candidates prerelease: rc beta alpha preview

@@ -170,6 +170,20 @@ def test_a_status_said_in_words_finds_its_code() -> None:
     assert idioms()["gatewaytimeout"] == ("504",)
 
 
+def test_a_language_named_in_words_finds_its_code_in_a_roster() -> None:
+    """A skills matrix lists languages by their codes: "speaks Japanese" is `ja` there,
+    as a country's people name its country code."""
+    index = RelevanceIndex()
+    names = ["Noor Nilsen", "Tessa Morales", "Nadia Sato", "Hamid Laine", "Ivo Berg"]
+    for k, name in enumerate(names):
+        langs = "[en, pt-BR, ja]" if k == 2 else ("[en, es]" if k % 2 else "[en]")
+        index.add(f"agent{k}", f"- agent: {name}\n  team: Falcon\n  languages: {langs}\n"
+                                f"  skills:\n    retention: {k + 2}\n  tenure_months: {40 + k}")
+    index.add("brief", "Plan the late shift from the roster.")
+    found_by_idiom(index, "From the skills matrix, which agent is the one who speaks "
+                          "Japanese?", "ja", "japanese", "agent2")
+
+
 def test_an_open_compound_is_joined_only_where_the_idioms_list_it() -> None:
     """"Second line" and "sample size" are one word to a reader, written open; two words
     that happen to meet ("second, line"; "the line") are not joined."""
