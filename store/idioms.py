@@ -5,9 +5,10 @@ embeddings, it joins "big" to "large" and "grew" to "growth", but in plain Engli
 does not know the shop talk that joins a user's words to what a tool prints: a test run
 that "went red" prints FAILED, the address to "point the browser at" is a URL with a
 port, "rate-limited" is a 429, a "machine" is an instance, a "label" a tag, a "ceiling"
-a cap or a limit, a "bad gateway" a 502, Japanese `ja` in a list of languages. A compound is listed joined ("ratelimited" for "rate-limited",
-"secondline" for "second line": proxy/step.py `_words`; an open one also stands
-for its parts among the question's own words, `compounds_joined`). Each
+a cap or a limit, a "bad gateway" a 502, Japanese `ja` in a list of languages. A
+compound is listed joined ("ratelimited" for "rate-limited", "secondline" for "second
+line": proxy/step.py `_words`; an open one also stands for its parts among the
+question's own words, `compounds_joined`). Each
 line here is one such idiom of software, operations, data, research and contracts: the
 question's words, then what a tool's output or a document says for them. They join the
 table's own related words (`RelatedWords.of`) at `WEIGHT`, a middling cosine, so they
