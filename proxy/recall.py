@@ -232,7 +232,7 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
         if used + tokens > budget:  # too big for what is left: keep the lines that match
             h = replace(h, text=focus(h.text, qterms, budget - used - HEADER, count, h.rows))
             tokens = count(h.text) + HEADER
-            if not h.text or used + tokens > budget:
+            if not h.text or used + tokens > budget or _headless(h, header):
                 continue
         if full != plain:  # it took the next passage's first lines (focused or not)
             extended[(h.chunk_id, h.piece)] = (plain, full)
@@ -300,6 +300,16 @@ def _begun(out: list[Recalled], preceding: Callable[[str, int], str], qterms: se
             used += tokens - r.tokens
             out[i] = replace(r, hit=replace(r.hit, text=text), tokens=tokens)
     return out
+
+
+def _headless(h: Hit, header: Callable[[str], str] | None) -> bool:
+    """A table's first passage focused down past its header line (a window of it, "… |
+    queue | searches | wait_p50 | …"): its rows say nothing without it, and it would
+    stand where `_headed` puts the whole header over a later passage's rows."""
+    if h.piece or header is None:
+        return False
+    head = header(h.chunk_id)
+    return bool(head) and head not in h.text
 
 
 def _headed(out: list[Recalled], header: Callable[[str], str], qterms: set[str],
