@@ -16,7 +16,8 @@ similarity term is BM25's alone.
 Rare, because a number every passage repeats (a year, "14 business days") is
 formatting, not an answer. A value is three digits or more ("6,098"), or an amount of
 money or a magnitude whatever its digits ("$4.2 million", "€12.5m"). Only for
-questions (`Step.asks`): other steps are not looking for a value. Measured in docs/design-notes.md.
+questions (`Step.asks`): other steps are not looking for a value. Measured in
+docs/design-notes.md.
 """
 
 from __future__ import annotations

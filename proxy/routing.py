@@ -69,8 +69,7 @@ class RecallSettings(_Strict):
     `budget_fraction` of the room is the most a recall may take (`question_budget_fraction`
     on a user's question), and only on turns that recall (evicting to make room if it
     must); on a turn where the user asks, it may also take the room the request leaves
-    free. The defaults are calibrated in
-    docs/design-notes.md."""
+    free. The defaults are calibrated in docs/design-notes.md."""
 
     enabled: bool = True
     budget_fraction: float = Field(0.10, ge=0, le=0.5)
@@ -87,8 +86,9 @@ class RecallSettings(_Strict):
     question_min_relevance: float = Field(0.10, ge=0, le=1)
     top_k: int = Field(8, ge=1)
     # a question's reach: its answer often ranks below its eighth match (a value none of
-    # its words names, in a table or log its words do match); 12 kept 3 more facts back
-    # to back and 6 more cold on the eleven black-box sets (docs/design-notes.md)
+    # its words names, in a table or log its words do match); with a fifth of the room,
+    # 11 more facts back to back and 6 more cold on eleven black-box sets
+    # (docs/design-notes.md)
     question_top_k: int = Field(12, ge=1)
     # Vectors refine where ready: a passage whose cosine to the step's words reaches this
     # is recalled too (and counts in RWOE's sim); the step's vector is waited for at most

@@ -236,7 +236,7 @@ def search(index: RelevanceIndex, step: Step, related: Related | None = None) ->
             for q in asked:
                 own_words, said = set(_words(q)), " ".join(WORD.findall(q.lower()))
                 mine = {w: r for w, r in (related or {}).items()
-                        if r[0] in own_words or " " in r[0] and f" {r[0]} " in f" {said} "}
+                        if r[0] in own_words or (" " in r[0] and f" {r[0]} " in f" {said} ")}
                 found.append(_words_search(index, replace(step, words=q), mine))
             # each question's scores on one scale, its best word match at the best's:
             # recall keeps matches within a share of the best (`recall.min_relative`)

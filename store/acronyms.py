@@ -11,12 +11,13 @@ record below its top ten on a long history), so BM25 needs the initials as a ter
 across punctuation, that starts and ends on a word that is not a stop word, with none
 inside but `INNER` ("bill of lading", not "credits had the dbt"), gives its initials: of
 all its words ("mean time to recovery" -> mttr, "bill of lading" -> bol) and of those
-that are not stop words ("vehicle identification number" -> vin). They join the question's related
-words (proxy/step.py `related_of`) at cosine `WEIGHT`, so they count only where the
-session's index holds them as a term (store/relevance.py `related_terms`), and at idf:
-a common token made up by chance weighs little. Not initials that are a word of their
-own (`known`: the related-words table's English vocabulary, "won" from "work order
-number") or of fewer than `MIN_LETTERS` letters: two letters are too many things.
+that are not stop words ("vehicle identification number" -> vin). They join the
+question's related words (proxy/step.py `related_of`) at cosine `WEIGHT`, so they count
+only where the session's index holds them as a term (store/relevance.py
+`related_terms`), and at idf: a common token made up by chance weighs little. Not
+initials that are a word of their own (`known`: the related-words table's English
+vocabulary, "won" from "work order number") or of fewer than `MIN_LETTERS` letters: two
+letters are too many things.
 """
 
 from __future__ import annotations
