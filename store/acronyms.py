@@ -18,6 +18,10 @@ only where the session's index holds them as a term (store/relevance.py
 initials that are a word of their own (`known`: the related-words table's English
 vocabulary, "won" from "work order number") or of fewer than `MIN_LETTERS` letters: two
 letters are too many things.
+
+`initials` also joins an abbreviation the question writes in capitals to the initial of
+the word after it, as a point name or a tag prints them: "the CHW pump" is `CHWP-2`,
+"the AHU fan" `AHUF` (`_compounds`).
 """
 
 from __future__ import annotations
@@ -41,7 +45,21 @@ def initials(text: str, known: Container[str] = ()) -> dict[str, str]:
     out: dict[str, str] = {}
     for part in BREAK.split(text):
         _runs([w.lower() for w in WORD.findall(part)], known, out)
+        _compounds(WORD.findall(part), known, out)
     return out
+
+
+CAPS = re.compile(r"[A-Z]{2,5}")  # an abbreviation as a question writes it: CHW, AHU
+
+
+def _compounds(words: list[str], known: Container[str], out: dict[str, str]) -> None:
+    """An abbreviation in capitals and the initial of the lower-case word after it
+    ("CHW pump" -> chwp), where that word is no stop word."""
+    for a, b in zip(words, words[1:], strict=False):
+        if CAPS.fullmatch(a) and b.islower() and len(b) >= 3 and b not in STOP:
+            letters = a.lower() + b[0]
+            if letters not in known and letters not in STOP and letters not in out:
+                out[letters] = f"{a.lower()} {b}"
 
 
 def _runs(words: list[str], known: Container[str], out: dict[str, str]) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 
 from store.idioms import idioms
 from store.notable import Row, Table, number, numeric_columns, superlative, unit_of
-from store.terms import WORD, terms
+from store.terms import STOP, WORD, terms
 
 MAX_WORDS = frozenset(
     "highest largest biggest greatest maximum max peak most top longest heaviest "
@@ -104,11 +104,29 @@ EITHER_WORDS = frozenset({"worst", "best"})  # which end, the column says (cover
 _BIG_ONE = re.compile(r"\bthe big ones?\b", re.IGNORECASE)  # "which invoice was the big one"
 
 
+# what expires first is a validity's earliest end: "which cert expires first", "the
+# licence closest to expiry", "the lot that expires soonest" (a column `EXPIRY` names)
+EXPIRING = frozenset(terms("expires expiry expiration"))
+SOON_WORDS = frozenset("first soonest sooner next closest nearest earliest".split())
+LATE_WORDS = frozenset("last latest furthest farthest".split())
+EXPIRY = re.compile(r"not_?after|valid_?(?:to|until|thru|through)|expir|^exp(?:_|$)",
+                    re.IGNORECASE)
+
+
 def ends(question: str) -> frozenset[str]:
     """The ends ("max", "min") `question`'s superlatives name."""
     out: set[str] = {"max"} if _BIG_ONE.search(question) else set()
-    for w in WORD.findall(question):
+    words = WORD.findall(question)
+    said = {w.lower() for w in words}
+    timed: frozenset[str] = frozenset()  # "soonest" of an expiry names its end alone
+    if not EXPIRING.isdisjoint(terms(question)):
+        timed = SOON_WORDS | LATE_WORDS
+        out |= ({"min"} if said & SOON_WORDS else set()) | (
+            {"max"} if said & LATE_WORDS else set())
+    for w in words:
         low = w.lower()
+        if low in timed:
+            continue
         if low in MAX_WORDS:
             out.add("max")
         elif low in MIN_WORDS:
@@ -130,6 +148,8 @@ def column_terms(name: str) -> frozenset[str]:
         out |= set(terms(ABBREVIATIONS[w]))
     # a nested record's key that is a number names its column (`status.4xx.429`: the 429s)
     out |= {p for p in name.split(".")[1:] if p.isdigit() and len(p) >= 3}
+    if EXPIRY.search(name):  # `not_after`, `valid_until`: when it expires
+        out |= EXPIRING
     return frozenset(out | {"per"} if "/" in name else out)
 
 
@@ -327,6 +347,7 @@ def asked_columns(question: str, columns: dict[str, frozenset[str]],
         return {}
     said = {w.lower() for w in WORD.findall(question)}
     words = set(terms(question)) | said  # its stems, and its words ("cover" for `Cover`)
+    paired = pair_initials(question)  # "service level" for `sl_pct`
     trade = idioms()
     # "the highest reading" names a measurement, unless a word says which ("the driest")
     vague = said & VAGUE.keys() if said.isdisjoint(COLUMN_WORDS) else set()
@@ -346,9 +367,23 @@ def asked_columns(question: str, columns: dict[str, frozenset[str]],
         if t[1:4] in since and any(c in started for c in cterms):
             out[t] = sum(1 for c in cterms if c in started) / math.sqrt(len(cterms))
         elif t[1:4] in named and not (t[1:4] in against and any(c in _TIMES for c in cterms)):
-            held = sum(1 for c in cterms if _holds(words, c))
+            held = sum(1 for c in cterms if _holds(words, c) or c in paired)
             if not held and units and any(_holds(words, c) for c in units.get(t, ())):
                 held = 1  # its unit's words, where its header's hold none of the question's
             if held:
                 out[t] = held / math.sqrt(len(cterms))
     return out
+
+
+_LONG_WORD = re.compile(r"[A-Za-z]{4,}|\S")
+
+
+def pair_initials(question: str) -> frozenset[str]:
+    """The initials of two adjacent words of four letters or more, neither a stop word,
+    that a column's header may print them by: "service level" is `sl_pct`. Only a
+    column's two-letter terms are matched against them (`asked_columns`): as a search
+    term, two letters are too many things."""
+    words = [w.lower() for w in _LONG_WORD.findall(question.replace("-", " "))]
+    return frozenset(a[0] + b[0] for a, b in zip(words, words[1:], strict=False)
+                     if len(a) >= 4 and len(b) >= 4 and a.isalpha() and b.isalpha()
+                     and a not in STOP and b not in STOP)

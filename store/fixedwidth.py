@@ -5,7 +5,8 @@ some cells empty (`damage_notes` blank for a unit left clean), some holding a si
 space (`568 (4m ago)`, `Metro Roofing & Gutters`). Split at runs of two spaces, such a
 row has fewer cells than its header and the table falls apart (store/notable.py
 `tables` then sees runs of rows with no header). Read by position instead: a header line
-(three names or more, no numbers, `table_header`), the lines under it to the first
+(three names or more, no numbers, `table_header`; not a title line over a header of
+more names, `EXPIRY REPORT  window=90d  run=…`), the lines under it to the first
 blank one, and the columns are the stretches some line prints in; a blank stretch in
 every line separates them. A header name that covers no stretch of its own (a text
 column whose rows share a space) joins the name before it. A row padded unlike the rest
@@ -35,8 +36,9 @@ def fixed_tables(lines: list[str]) -> Iterator[Aligned]:
     i = 0
     while i < len(lines):
         names = _header(lines[i])
-        if names is None:
-            i += 1
+        if names is None or len(_header(lines[i + 1]) or () if i + 1 < len(lines)
+                                else ()) > len(names):
+            i += 1  # no header; or a title over one, whose names are more
             continue
         j = i + 1
         body = []

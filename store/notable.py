@@ -59,6 +59,7 @@ import orjson
 
 from store.fixedwidth import fixed_tables
 from store.terms import WORD
+from store.yamlrecords import yaml_records
 
 #: the words a question about each kind of row uses ("below zero", "the biggest amount");
 #: the row's passage counts its kind's tag, a term no text yields, and a question's words
@@ -310,8 +311,9 @@ def _odd_shapes(cells: list[Any]) -> list[int]:
 
 
 def tables(text: str) -> list[Table]:
-    """The tables of `text`: a JSON list of records, JSON lines (a structured log), or
-    runs of lines split alike."""
+    """The tables of `text`: a JSON list of records, JSON lines (a structured log), XML
+    elements, a YAML list of records (store/yamlrecords.py), or runs of lines split
+    alike."""
     head = text.lstrip()[:1]
     if head in ("[", "{"):
         try:
@@ -331,6 +333,8 @@ def tables(text: str) -> list[Table]:
         records = _xml_elements(text)
         if records is not None:
             return [_record_table(records)]
+    if "- " in text and (listed := yaml_records(text)) is not None:
+        return [listed]
     best: list[Table] = []
     lines = text.splitlines()
     for sep in ("|", "\t", ",", "  "):

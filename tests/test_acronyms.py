@@ -69,3 +69,27 @@ def test_initials_a_session_never_printed_add_nothing_and_off_means_off() -> Non
     assert "gpu" in related and "gpu" not in index.related_terms(related, {})
     assert related_of(question, RelatedWords({}), 0.95) == {}  # above their cosine
     assert related_of(question, related_words(), 1.0) == {}
+
+
+# an alarm journal prints a chilled-water pump's point as `CHWP-2`; a colleague says
+# "the CHW pump"
+JOURNAL = "\n".join([
+    "2024-07-28 14:12:36  P4  LAB.AHU-05.SF-FAIL  offnormal  ack: Bogdan",
+    "2024-07-28 14:27:26  P2  CUP.CHWP-2.STS  CHWP-2 FAILED - run command active",
+    "2024-07-28 14:29:49  P3  ONC.AHU-31.SAT-HI  supply air temp high 61.6F",
+])
+
+
+def test_an_abbreviation_in_capitals_and_the_next_words_initial_name_a_point() -> None:
+    got = initials("What was the next alarm after the CHW pump failure in the journal?")
+    assert got["chwp"] == "chw pump"
+    assert "chwa" not in got and "chwt" not in got  # "after", "the": no name's word
+    assert "chwp" not in initials("what was the next alarm after the chw pump failure")
+    index = index_of({"journal": JOURNAL,
+                      "plant": "Chiller plant: CH-1 running, CHW supply 44.1F.",
+                      "q": "What was the next alarm after the CHW pump failure?"})
+    question = Step(index.text("q"), "", frozenset({"q"}), asks=True)
+    related = related_of(question, related_words(), 0.35)
+    assert related["chwp"] == ("chw pump", WEIGHT)
+    assert "chwp" in index.related_terms(related, {})
+    assert search(index, question, related)[0].chunk_id == "journal"

@@ -478,3 +478,64 @@ def test_on_a_column_of_times_the_slowest_is_its_top_and_the_fastest_its_bottom(
     # "how long did the worst take": a duration, though no word names the column
     assert set(asked_columns("How long did the single worst test take in that report?",
                              columns)) == {tag("max", {"durat"})}
+
+
+# a certificate inventory as YAML: a list of records, one field per line
+CERTS = "certificates:\n" + "".join(
+    f"- cn: {cn}.shopfront.example\n  sans: [{cn}.shopfront.example, www.shopfront.example]\n"
+    f"  serial: \"{serial}\"\n  not_after: {until}\n  deployed_pops: {pops}\n"
+    for cn, serial, until, pops in [
+        ("auth", "8C:1A:C9:1F:42:14:35:AC", "2025-10-05", 8),
+        ("video", "54:13:D1:22:42:4A:6D:4A", "2024-12-10", 17),
+        ("m", "29:D2:1C:62:D8:75:A4:85", "2024-10-19", 8),
+        ("video", "AC:73:38:98:74:A2:2E:0A", "2025-03-31", 4),
+        ("img", "77:45:33:0A:2D:EE:23:AB", "2026-01-02", 12)])
+
+
+def test_a_yaml_list_of_records_is_a_table_told_apart_by_a_field_as_printed() -> None:
+    [(header, rows)] = tables(CERTS)
+    assert header == ["cn", "sans", "serial", "not_after", "deployed_pops"]
+    assert rows[2] == (('serial: "29:D2:1C:62:D8:75:A4:85"',), [
+        "m.shopfront.example", "[m.shopfront.example, www.shopfront.example]",
+        "29:D2:1C:62:D8:75:A4:85", "2024-10-19", "8"])  # two `video`s: cn tells none apart
+    assert tables("steps:\n- name: build\n  run: make\n- name: test\n  run: make test\n") == []
+    unique_sans = CERTS.replace("[video.shopfront.example, www", "[video.shopfront.example, v2", 1)
+    assert tables(unique_sans)[0][1][2][0] == ('serial: "29:D2:1C:62:D8:75:A4:85"',)  # no list
+
+
+def test_what_expires_first_is_the_earliest_end_of_a_validity_column() -> None:
+    assert column_terms("not_after") == frozenset(terms("expires expiry expiration"))
+    assert column_terms("valid_until") >= frozenset(terms("expiry"))
+    assert ends("Which certificate in the inventory expires first?") == {"min"}
+    assert ends("the serial of the cert that is closest to expiry") == {"min"}  # not both
+    assert ends("which licence expires last?") == {"max"}
+    assert ends("the first alarm after the trip") == frozenset()  # no expiry: no end
+    low = next(e for e in extremes(tables(CERTS)) if e.tag.startswith("~min:expir"))
+    assert low.probes == ('serial: "29:D2:1C:62:D8:75:A4:85"',)
+    idx = RelevanceIndex()
+    idx.add("certs", CERTS)
+    idx.add("notes", "Serial numbers of the edge certificates are in the vault.")
+    ask = "Which certificate in the inventory expires first? Give me its serial."
+    top = idx.search({**idx.query_terms(ask), **idx.notable_terms(ask)})[0]
+    assert top.chunk_id == "certs" and "29:D2:1C:62:D8:75:A4:85" in top.text
+    assert top.note == "min not_after"
+
+
+def test_a_columns_two_letter_name_is_matched_by_the_initials_of_two_words() -> None:
+    ask = "In yesterday's interval table, what service level did the worst half-hour get?"
+    columns = {tag(end, column_terms("sl_pct")): column_terms("sl_pct") for end in ("max", "min")}
+    columns[tag("min", column_terms("abandon_pct"))] = column_terms("abandon_pct")
+    assert set(asked_columns(ask, columns)) == {tag("max", column_terms("sl_pct")),
+                                                 tag("min", column_terms("sl_pct"))}
+    assert asked_columns("what was the worst interval?", columns) == {}
+
+
+def test_a_title_line_over_a_header_of_more_names_is_no_header() -> None:
+    report = "\n".join([
+        "EXPIRY REPORT  window=90d  run=2024-10-14 06:00",
+        "CABINET    ITEM                           LOT      EXPIRES     DAYS_LEFT",
+        *(f"2S-ED-{c}    ketorolac 30 mg/mL inj         P3K48{i:02d}  2024-12-{i + 4:02d}  {51 + i}"
+          for i, c in enumerate("ABCDEF")),
+    ])
+    [(header, rows)] = list(fixed_tables(report.splitlines()))
+    assert header == ["CABINET", "ITEM", "LOT", "EXPIRES", "DAYS_LEFT"] and len(rows) == 6
