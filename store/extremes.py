@@ -79,7 +79,8 @@ COLUMN_WORDS = {
     "space": "used usage percent", "driest": "humidity rh moisture",
     "wettest": "humidity rh rain rainfall precip", "closest": "distance dist mi miles km",
     "nearest": "distance dist mi miles km", "farthest": "distance dist mi miles km",
-    "furthest": "distance dist mi miles km"}
+    "furthest": "distance dist mi miles km", "invoked": "calls count",
+    "called": "calls count", "invocations": "calls count"}
 # a word that names a measurement, where no word of `COLUMN_WORDS` says which
 VAGUE = {"reading": "temp temperature value level", "readings": "temp temperature value level"}
 # a header's abbreviations, and what they abbreviate (`avg_basket` is an average)
@@ -162,10 +163,26 @@ def _whole(stem: str, words: set[str]) -> str:
 
 
 def _holds(words: set[str], term: str) -> bool:
-    """A question's words hold a column's term, or one abbreviates the other (`conv` of
-    "conversion", `qty` no: four letters at least)."""
+    """A question's words hold a column's term, or one abbreviates the other: by its
+    start (`conv` of "conversion"; four letters at least) or by its consonants (`thk` of
+    "thickness", `qty` of "quantity": `_skeleton`)."""
     return term in words or (len(term) >= 4 and any(
-        w.startswith(term) or (len(w) >= 4 and term.startswith(w)) for w in words))
+        w.startswith(term) or (len(w) >= 4 and term.startswith(w)) for w in words)) or (
+        _CONSONANTS.fullmatch(term) is not None and term not in ABBREVIATIONS
+        and any(_skeleton(term, w) for w in words))  # `pct`: its word is a term already
+
+
+_CONSONANTS = re.compile(r"[b-df-hj-np-tv-z]{3,4}")  # `thk`, `qty`, `vlv`: no vowel
+
+
+def _skeleton(term: str, word: str) -> bool:
+    """`term` is `word`'s abbreviation by some of its consonants: the same first letter,
+    the rest in order, the word three letters longer at least ("thickness" for `thk`,
+    not "think")."""
+    if word[:1] != term[:1] or len(word) < len(term) + 3:
+        return False
+    rest = iter(word[1:])
+    return all(c in rest for c in term[1:])
 
 
 def tag(end: str, cterms: Iterable[str]) -> str:

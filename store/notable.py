@@ -76,7 +76,7 @@ WORDS = {
               "coldest coolest lightest",
     "jump": "jump jumped jumps jumping spike spiked surge surged suddenly",
     "odd": "problem problems fail failed failing failure flagged alarm alarms anomaly "
-           "anomalous abnormal unusual odd missing without empty blank untagged unlabeled "
+           "anomalous abnormal unusual odd marked missing without empty blank untagged unlabeled "
            "unlabelled broken no different differs differed unlike instead except "
            "rejected denied declined disapproved refused wouldn couldn didn doesn never "
            "cannot",

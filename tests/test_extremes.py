@@ -539,3 +539,19 @@ def test_a_title_line_over_a_header_of_more_names_is_no_header() -> None:
     ])
     [(header, rows)] = list(fixed_tables(report.splitlines()))
     assert header == ["CABINET", "ITEM", "LOT", "EXPIRES", "DAYS_LEFT"] and len(rows) == 6
+
+
+def test_a_header_abbreviated_by_its_consonants_and_a_count_of_calls_are_named() -> None:
+    sites = json.dumps({"sites": [{"site": s, "thk_A": 4550.0 + s, "gof": 0.98}
+                                  for s in range(1, 7)] + [
+        {"site": "S26-edge", "thk_A": 4687.9, "gof": 0.99}]})
+    thickness = {e.tag: column_terms(e.column) for e in extremes(tables(sites))}
+    assert tag("max", {"thk"}) in asked_columns(
+        "What was the maximum oxide thickness across the measured sites?", thickness)
+    assert asked_columns("What was the maximum you think we hit?", thickness) == {}
+    assert asked_columns("which percentage was highest?",  # `pct` counts once, as percent
+                         {tag("max", column_terms("sl_pct")): column_terms("sl_pct")}) == {
+        tag("max", column_terms("sl_pct")): pytest.approx(1 / 3 ** 0.5)}
+    calls = {tag(e, column_terms("calls")): column_terms("calls") for e in ("max", "min")}
+    assert tag("max", column_terms("calls")) in asked_columns(
+        "In the gprof flat profile, which function was invoked the most times?", calls)

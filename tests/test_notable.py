@@ -428,3 +428,8 @@ def test_a_title_line_split_like_the_table_is_not_its_header() -> None:
     ask = "What was the highest reading the 4 West fridge hit overnight?"
     top = idx.search({**idx.query_terms(ask), **idx.notable_terms(ask)})[0]
     assert top.note == "max temp"  # the row of 9.6 °C: its column's top
+
+
+def test_a_point_marked_unlike_the_rest_is_asked_for_as_the_odd_one() -> None:
+    assert TAGS["odd"] in asked(
+        "One point on the AHU-19 controller was marked out-of-service in the BACnet read - which?")
