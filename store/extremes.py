@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date
@@ -31,7 +32,15 @@ from itertools import islice
 from typing import Any
 
 from store.idioms import idioms
-from store.notable import Row, Table, number, numeric_columns, superlative, unit_of
+from store.notable import (
+    MIN_VALUES,
+    Row,
+    Table,
+    number,
+    numeric_columns,
+    superlative,
+    unit_of,
+)
 from store.terms import STOP, WORD, terms
 
 MAX_WORDS = frozenset(
@@ -80,7 +89,8 @@ COLUMN_WORDS = {
     "wettest": "humidity rh rain rainfall precip", "closest": "distance dist mi miles km",
     "nearest": "distance dist mi miles km", "farthest": "distance dist mi miles km",
     "furthest": "distance dist mi miles km", "invoked": "calls count",
-    "called": "calls count", "invocations": "calls count"}
+    "called": "calls count", "invocations": "calls count", "lagging": "latency lag delay",
+    "laggiest": "latency lag delay", "lag": "latency lag delay"}
 # a word that names a measurement, where no word of `COLUMN_WORDS` says which
 VAGUE = {"reading": "temp temperature value level", "readings": "temp temperature value level"}
 # a header's abbreviations, and what they abbreviate (`avg_basket` is an average)
@@ -89,7 +99,8 @@ ABBREVIATIONS = {"avg": "average", "pct": "percent", "%": "percent", "qty": "qua
                  "txns": "transactions", "cnt": "count", "num": "number", "hrs": "hours",
                  "mins": "minutes", "secs": "seconds", "rpt": "report",
                  "dep": "departure", "arr": "arrival", "dept": "department",
-                 "dur": "duration", "cum": "cumulative total", "rh": "relative humidity"}
+                 "dur": "duration", "cum": "cumulative total", "rh": "relative humidity",
+                 "el": "elevation", "elev": "elevation", "az": "azimuth"}
 # how long a thing has been waiting or open is the distance to its start: "the ticket
 # that has been waiting the longest" is the earliest `opened`, "open the shortest" the
 # latest (a date column's other end from the superlative's). Only with a word of waiting:
@@ -310,6 +321,7 @@ def keyed(rows: list[Row]) -> list[str] | None:
 
 
 def _in_table(header: Any, rows: list[Row]) -> Iterator[End]:
+    yield from modes(header, rows)
     for name, vals in numeric_columns(header, rows, day):
         cterms = column_terms(name)
         if not cterms or len(vals) < 2:
@@ -322,6 +334,33 @@ def _in_table(header: Any, rows: list[Row]) -> Iterator[End]:
             yield End(tag("max", cterms), name, rows[order[-1][0]][0], units)
         if order[0][1] < order[1][1]:
             yield End(tag("min", cterms), name, rows[order[0][0]][0], units)
+
+
+MIN_MODE = 3  # rows the commonest value of a column fills, at least
+COUNTING = frozenset("most commonest common frequent frequently often".split())
+
+
+def modes(header: Any, rows: list[Row]) -> Iterator[End]:
+    """The value of a text column that most rows hold, when no other ties it: "which
+    exposure setting generated the most contacts" is the commonest `exposure_setting`,
+    "who held the most licences" the commonest `user`. Its tag is the column's `~top:`,
+    on the passage of its first row, and only a question that counts asks for it
+    (`COUNTING`: "the most", not "the worst": "which activity has the worst slack" names
+    `activity` as what it wants, not as what it counts)."""
+    if header is None or len(rows) < 2 * MIN_MODE:
+        return
+    for j, name in enumerate(header):
+        cells = [cells[j] if j < len(cells) else None for _, cells in rows]
+        if not all(isinstance(c, str) for c in cells[:MIN_VALUES]) or any(
+                day(c) is not None for c in cells[:MIN_VALUES]):
+            continue  # numbers, dates, records: not a column of names
+        counted = Counter(c for c in cells if isinstance(c, str) and c.strip())
+        top = counted.most_common(2)
+        if len(top) == 2 and top[0][1] >= MIN_MODE and top[0][1] > top[1][1]:
+            cterms = column_terms(str(name))
+            if cterms:
+                first = cells.index(top[0][0])
+                yield End(tag("top", cterms), str(name), rows[first][0])
 
 
 # what a column whose cells carry a unit holds, when its header does not say
@@ -383,7 +422,8 @@ def asked_columns(question: str, columns: dict[str, frozenset[str]],
     for t, cterms in columns.items():
         if t[1:4] in since and any(c in started for c in cterms):
             out[t] = sum(1 for c in cterms if c in started) / math.sqrt(len(cterms))
-        elif t[1:4] in named and not (t[1:4] in against and any(c in _TIMES for c in cterms)):
+        elif (t[1:4] in named or t[1:4] == "top" and said & COUNTING) and not (
+                t[1:4] in against and any(c in _TIMES for c in cterms)):
             held = sum(1 for c in cterms if _holds(words, c) or c in paired)
             if not held and units and any(_holds(words, c) for c in units.get(t, ())):
                 held = 1  # its unit's words, where its header's hold none of the question's

@@ -555,3 +555,37 @@ def test_a_header_abbreviated_by_its_consonants_and_a_count_of_calls_are_named()
     calls = {tag(e, column_terms("calls")): column_terms("calls") for e in ("max", "min")}
     assert tag("max", column_terms("calls")) in asked_columns(
         "In the gprof flat profile, which function was invoked the most times?", calls)
+
+
+# contact tracing: one exposure setting fills the most rows
+CONTACTS = "\n".join([
+    "contact_id  source_case  exposure_setting            contact_type  age",
+    *(f"CT-{9000 + i}     MSL-24-{i:04d}  {setting:<26}  {kind:<12}  {20 + i}"
+      for i, (setting, kind) in enumerate([
+          ("Brackley Junior High gym", "household"), ("St. Brigid ED waiting area", "work"),
+          ("Riverside church hall", "household"), ("St. Brigid ED waiting area", "school"),
+          ("Brackley Junior High gym", "work"), ("St. Brigid ED waiting area", "school"),
+          ("St. Brigid ED waiting area", "visitor")])),
+])
+
+
+def test_the_commonest_value_of_a_text_column_is_its_top_when_a_question_counts() -> None:
+    found = {e.tag: e for e in extremes(tables(CONTACTS))}
+    top = found[tag("top", column_terms("exposure_setting"))]
+    assert top.probes[0].startswith("CT-9001") and top.column == "exposure_setting"
+    assert tag("top", column_terms("contact_type")) not in found  # two of three kinds tie
+    columns = {t: column_terms(e.column) for t, e in found.items()}
+    asked = asked_columns("Which exposure setting generated the most contacts?", columns)
+    assert max(asked, key=asked.__getitem__) == tag("top", column_terms("exposure_setting"))
+    # "the worst" names the column it wants, not one it counts
+    assert asked_columns("Which exposure setting had the worst outcome?", columns) == {}
+    assert tag("top", column_terms("contact_id")) not in found  # every value once
+
+
+def test_lagging_is_a_latency_and_el_an_elevation() -> None:
+    queues = {tag("max", column_terms("LATENCY")): column_terms("LATENCY"),
+              tag("max", column_terms("max_el")): column_terms("max_el")}
+    assert set(asked_columns("When you looked at Sidekiq, which queue was lagging the most?",
+                             queues)) == {tag("max", column_terms("LATENCY"))}
+    assert set(asked_columns("Which of today's passes has the highest peak elevation?",
+                             queues)) == {tag("max", column_terms("max_el"))}
