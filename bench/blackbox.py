@@ -1,4 +1,4 @@
-"""Facts kept on workloads written apart: twelve sets of black-box sessions.
+"""Facts kept on workloads written apart: thirteen sets of black-box sessions.
 
 Each was written by a helper that saw none of ctxwarden's code or benches, with a
 generator of its own (one-offs, not kept; the sessions are kept as data):
@@ -118,6 +118,18 @@ generator of its own (one-offs, not kept; the sessions are kept as data):
   renamed in the earlier output). Measured before it was read, on the code of that
   morning and of that evening: RWOE kept 111 / 115 of 144 back to back / cold, then
   115 / 120; mask 107 / 113, then 115 / 114.
+- *thirteenth* (`tests/data/blackbox13-sessions.json.gz`, 2026-12-07, measured first):
+  six more domains (a coding agent upgrading a Rails monolith, an offshore drilling
+  desk, a bank's transaction-monitoring team, a satellite ground station, a VFX render
+  pipeline, an epidemiology surveillance desk), two sessions each; 12 sessions of 98-104
+  messages (~46-49k tokens, 34-37 tool outputs each: bundler and rspec output, Rails
+  logs, Sidekiq stats, rubocop counts, mud logs, WITSML JSON, crew manifests, alert
+  queues, KYC JSON, pass schedules, telemetry frames, command logs, render-farm tables,
+  FlexLM status, case line lists, contact tracing tables), 144 facts (96 tool, 24 user,
+  24 constraint), each asked 35 or more messages later, a third of the asking messages
+  asking two (its writer's request indices were shifted by one to this format's).
+  Measured before it was read, on that morning's code: RWOE kept 116 / 117 of 144 back
+  to back / cold; mask 116 / 118.
 Questions name neither the answer nor, where avoidable, its label.
 
 Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every
@@ -165,7 +177,8 @@ SETS = {"first": _DIR / "blackbox-sessions.json.gz",
         "ninth": _DIR / "blackbox9-sessions.json.gz",
         "tenth": _DIR / "blackbox10-sessions.json.gz",
         "eleventh": _DIR / "blackbox11-sessions.json.gz",
-        "twelfth": _DIR / "blackbox12-sessions.json.gz"}
+        "twelfth": _DIR / "blackbox12-sessions.json.gz",
+        "thirteenth": _DIR / "blackbox13-sessions.json.gz"}
 DATA = SETS["first"]
 PACED = ("rwoe", "mask")
 
