@@ -58,6 +58,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 
 from store.fixedwidth import fixed_tables
+from store.logfmt import logfmt_records
 from store.terms import WORD
 from store.yamlrecords import yaml_records
 
@@ -312,8 +313,8 @@ def _odd_shapes(cells: list[Any]) -> list[int]:
 
 def tables(text: str) -> list[Table]:
     """The tables of `text`: a JSON list of records, JSON lines (a structured log), XML
-    elements, a YAML list of records (store/yamlrecords.py), or runs of lines split
-    alike."""
+    elements, a YAML list of records (store/yamlrecords.py), runs of lines split alike,
+    or else lines of key=value pairs (store/logfmt.py)."""
     head = text.lstrip()[:1]
     if head in ("[", "{"):
         try:
@@ -350,6 +351,8 @@ def tables(text: str) -> list[Table]:
         read, before = sum(len(r) for _, r in aligned), sum(len(r) for _, r in best)
         if aligned and (read > before or read == before and all(h is None for h, _ in best)):
             best = aligned
+    if not best and (pairs := logfmt_records(text)) is not None:  # `BUS_V=28.18 BUS_I=…`
+        return [pairs]
     return best
 
 

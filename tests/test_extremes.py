@@ -589,3 +589,23 @@ def test_lagging_is_a_latency_and_el_an_elevation() -> None:
                              queues)) == {tag("max", column_terms("LATENCY"))}
     assert set(asked_columns("Which of today's passes has the highest peak elevation?",
                              queues)) == {tag("max", column_terms("max_el"))}
+
+
+# telemetry frames: one line a frame, its readings as key=value pairs a space apart
+FRAMES = "\n".join(
+    f"FRAME AURORA-2B t=2024-06-12T02:{40 + i}:32Z seq={190453 + i} mode=NOMINAL "
+    f"BUS_V={v} BATT_T={16.0 + i / 10:.1f} note=\"pass {i}\""
+    for i, v in enumerate(["28.18", "27.91", "26.27", "28.02", "27.75", "28.30"]))
+
+
+def test_lines_of_key_value_pairs_are_a_table_told_apart_by_a_pair_as_printed() -> None:
+    [(header, rows)] = tables(FRAMES)
+    assert header == ["t", "seq", "mode", "BUS_V", "BATT_T", "note"]
+    assert rows[2] == (("t=2024-06-12T02:42:32Z",), [
+        "2024-06-12T02:42:32Z", "190455", "NOMINAL", "26.27", "16.2", "pass 2"])
+    low = next(e for e in extremes(tables(FRAMES)) if e.tag == tag("min", {"bus"}))
+    assert low.probes == ("t=2024-06-12T02:42:32Z",)
+    assert asked_columns("What was the lowest bus voltage in the telemetry frames?",
+                         {low.tag: column_terms(low.column)}) == {low.tag: 1.0}
+    # a table split alike keeps its own reading; prose with a few pairs is no table
+    assert tables("\n".join(f"run {i}: ok retries=0 took=1s" for i in range(3))) == []
