@@ -36,8 +36,8 @@ def fixed_tables(lines: list[str]) -> Iterator[Aligned]:
     i = 0
     while i < len(lines):
         names = _header(lines[i])
-        if names is None or len(_header(lines[i + 1]) or () if i + 1 < len(lines)
-                                else ()) > len(names):
+        under = _header(lines[i + 1]) if names is not None and i + 1 < len(lines) else None
+        if names is None or under is not None and len(under) > len(names):
             i += 1  # no header; or a title over one, whose names are more
             continue
         j = i + 1
