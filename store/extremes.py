@@ -8,7 +8,8 @@ rows that do). The question names the column in its words ("restarts" for `RESTA
 "damage charge" for `damage_charge`) and the end of it by a superlative.
 
 So each numeric or dated column of a tool output's table (`numeric_columns`; a table
-without a header names a column by the key its cells open with, `TOC=382.5 ppb`) marks its
+without a header names a column by the key its cells open with, `TOC=382.5 ppb`, and a
+list of a count beside each name its count `COUNT`, `uniq -c`'s) marks its
 highest and its lowest row, when no other row ties it, with a tag of its own: `~max:`
 or `~min:` and the column's terms (`tag`), counted by the row's passage (store/
 relevance.py `RelevanceIndex.examine`). A question whose words name an end (`ends`) and
@@ -298,9 +299,24 @@ def extremes(found: list[Table]) -> list[End]:
     out: dict[End, None] = {}
     for header, rows in found:
         named = header if header is not None else keyed(rows)
+        if named is None and (named := counted(rows)) is not None:  # not its total's row
+            rows = [r for r in rows if not any(_TOTAL.search(line) for line in r[0])]
         if named is not None:
             out.update(dict.fromkeys(_in_table(named, rows)))
     return list(out)
+
+
+COUNT = "count number"  # what a count beside a name counts: "the largest number of"
+
+
+def counted(rows: list[Row]) -> list[str] | None:
+    """A header-less list of a count and a name in each row (`uniq -c`, `value_counts()`,
+    rubocop's offense counts) names its count column `COUNT`; None otherwise."""
+    if max(len(cells) for _, cells in rows) != 2:
+        return None
+    numeric = [all(number(cells[j]) is not None for _, cells in rows if len(cells) == 2)
+               for j in (0, 1)]
+    return None if numeric[0] == numeric[1] else [COUNT if n else "" for n in numeric]
 
 
 _KEY = re.compile(r"([A-Za-z][A-Za-z0-9_.%/-]*)=")

@@ -9,8 +9,10 @@ import pytest
 
 from proxy.excerpt import focus
 from store.extremes import (
+    COUNT,
     asked_columns,
     column_terms,
+    counted,
     day,
     ends,
     extremes,
@@ -609,3 +611,23 @@ def test_lines_of_key_value_pairs_are_a_table_told_apart_by_a_pair_as_printed() 
                          {low.tag: column_terms(low.column)}) == {low.tag: 1.0}
     # a table split alike keeps its own reading; prose with a few pairs is no table
     assert tables("\n".join(f"run {i}: ok retries=0 took=1s" for i in range(3))) == []
+
+
+# rubocop's offense counts: a count beside each cop, no header, a total under a rule
+OFFENSES = "\n".join([
+    "379  Rails/RedundantPresenceValidationOnBelongsTo [Unsafe Correctable]",
+    "339  Style/SafeNavigation [Unsafe Correctable]", "333  Style/ComparableClamp",
+    "313  Metrics/AbcSize", "142  Style/HashSyntax", "5    Lint/MissingSuper", "--",
+    "1511  Total in 563 files"])
+
+
+def test_a_count_beside_each_name_is_a_count_column_and_its_total_no_row() -> None:
+    found = {e.tag: e for e in extremes(tables(OFFENSES))}
+    top = found[tag("max", column_terms(COUNT))]
+    assert top.probes == ("379  Rails/RedundantPresenceValidationOnBelongsTo "
+                          "[Unsafe Correctable]",)
+    assert found[tag("min", column_terms(COUNT))].probes == ("5    Lint/MissingSuper",)
+    columns = {t: column_terms(e.column) for t, e in found.items()}
+    assert set(asked_columns("Which cop produced the largest number of offenses?",
+                             columns)) == {top.tag}
+    assert counted([(("a b c",), ["a", "b", "c"])]) is None  # three cells: no count list
