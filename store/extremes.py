@@ -366,16 +366,15 @@ def modes(header: Any, rows: list[Row]) -> Iterator[End]:
     if header is None or len(rows) < 2 * MIN_MODE:
         return
     for j, name in enumerate(header):
-        cells = [cells[j] if j < len(cells) else None for _, cells in rows]
-        if not all(isinstance(c, str) for c in cells[:MIN_VALUES]) or any(
-                day(c) is not None for c in cells[:MIN_VALUES]):
+        column = [row[j] if j < len(row) else None for _, row in rows]
+        if not all(isinstance(c, str) for c in column[:MIN_VALUES]) or any(
+                day(c) is not None for c in column[:MIN_VALUES]):
             continue  # numbers, dates, records: not a column of names
-        counted = Counter(c for c in cells if isinstance(c, str) and c.strip())
-        top = counted.most_common(2)
+        top = Counter(c for c in column if isinstance(c, str) and c.strip()).most_common(2)
         if len(top) == 2 and top[0][1] >= MIN_MODE and top[0][1] > top[1][1]:
             cterms = column_terms(str(name))
             if cterms:
-                first = cells.index(top[0][0])
+                first = column.index(top[0][0])
                 yield End(tag("top", cterms), str(name), rows[first][0])
 
 

@@ -42,30 +42,30 @@ def yaml_records(text: str) -> tuple[list[str], list[Row]] | None:
     indent = -1
     for line in text.splitlines():
         opened = _OPENS.match(line)
-        if opened is not None and (indent < 0 or len(opened.group(1)) == indent):
+        if run and _ends(line, opened, indent):  # another may follow
+            best, run, indent = max(best, run, key=len), [], -1
+        if opened is not None and indent in (-1, len(opened.group(1))):
             indent = len(opened.group(1))
             run.append(({}, {}))
             _field(run[-1], opened.group(2), opened.group(3), line)
-            continue
-        field = _FIELD.match(line) if run else None
-        if field is not None and len(field.group(1)) == indent + 2:
+        elif run and (field := _FIELD.match(line)) is not None and (
+                len(field.group(1)) == indent + 2):
             _field(run[-1], field.group(2), field.group(3), line)
-        elif run and line.strip() and len(line) - len(line.lstrip()) <= indent:
-            best = max(best, run, key=len)  # the list ended: another may follow
-            run, indent = [], -1
-            if (again := _OPENS.match(line)) is not None:
-                indent = len(again.group(1))
-                run.append(({}, {}))
-                _field(run[-1], again.group(2), again.group(3), line)
     best = max(best, run, key=len)
     if len(best) < MIN_RECORDS:
         return None
     keys = list(dict.fromkeys(k for record, _ in best[:20] for k in record))
     key = next((k for k in keys if len({r.get(k) for r, _ in best}) == len(best)
-                and all(k in raw and raw[k][len(k) + 2:][:1] not in "[{" for _, raw in best)),
-               None)
+                and all(k in r and r[k][:1] not in ("[", "{") for r, _ in best)), None)
     return keys, [((raw[key],) if key else (), [record.get(k) for k in keys])
                   for record, raw in best]
+
+
+def _ends(line: str, opened: re.Match[str] | None, indent: int) -> bool:
+    """`line` ends the list at `indent`: an outer list's item, or text no deeper."""
+    if opened is not None:
+        return len(opened.group(1)) < indent
+    return bool(line.strip()) and len(line) - len(line.lstrip()) <= indent
 
 
 def _field(record: tuple[dict[str, Any], dict[str, str]], key: str, value: str | None,
