@@ -59,6 +59,7 @@ import orjson
 
 from store.fixedwidth import fixed_tables
 from store.logfmt import logfmt_records
+from store.pathlines import path_lines
 from store.terms import WORD
 from store.yamlrecords import yaml_records
 
@@ -314,7 +315,8 @@ def _odd_shapes(cells: list[Any]) -> list[int]:
 def tables(text: str) -> list[Table]:
     """The tables of `text`: a JSON list of records, JSON lines (a structured log), XML
     elements, a YAML list of records (store/yamlrecords.py), runs of lines split alike,
-    or else lines of key=value pairs (store/logfmt.py)."""
+    or else lines of key=value pairs (store/logfmt.py); and lines that each open with a
+    file's path (store/pathlines.py), beside the others."""
     head = text.lstrip()[:1]
     if head in ("[", "{"):
         try:
@@ -353,6 +355,8 @@ def tables(text: str) -> list[Table]:
             best = aligned
     if not best and (pairs := logfmt_records(text)) is not None:  # `BUS_V=28.18 BUS_I=…`
         return [pairs]
+    if (named := path_lines(text)) is not None:  # `rspec ./spec/a_spec.rb:166 # …`
+        return [*best, named]
     return best
 
 

@@ -4,6 +4,7 @@ row of the column the question names; aligned tables with empty cells read by po
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -631,3 +632,35 @@ def test_a_count_beside_each_name_is_a_count_column_and_its_total_no_row() -> No
     assert set(asked_columns("Which cop produced the largest number of offenses?",
                              columns)) == {top.tag}
     assert counted([(("a b c",), ["a", "b", "c"])]) is None  # three cells: no count list
+
+
+# rspec's summary under a failure's backtrace: the failed examples, one line each
+FAILED = "\n".join([
+    "  1) Timesheet POST /api/v2/timesheets returns 422",
+    "     # ./spec/requests/timesheets_spec.rb:166:in `block (3 levels)'",
+    "", "Finished in 6 minutes 5.60 seconds (files took 5.59 seconds to load)",
+    "2273 examples, 7 failures", "", "Failed examples:", "",
+    "rspec ./spec/requests/timesheets_spec.rb:166 # Timesheet POST returns 422",
+    "rspec ./spec/policies/usage_policy_spec.rb:185 # UsageRecord #to_pdf balances",
+    "rspec ./spec/requests/timesheets_spec.rb:62 # Coupon POST sends one email",
+    "rspec ./spec/mailers/timesheet_mailer_spec.rb:35 # Timesheet renders the totals",
+    "rspec ./spec/requests/timesheets_spec.rb:207 # Account .for_period is idempotent",
+    "rspec ./spec/models/plan_spec.rb:120 # Plan POST is idempotent",
+    "rspec ./spec/requests/timesheets_spec.rb:213 # LineItem renders the totals"])
+
+
+def test_the_file_most_lines_name_is_the_top_of_a_column_no_line_prints() -> None:
+    """"Which spec file accounted for the most failures": rspec's failed examples counted
+    by file, its first line (not the backtrace's frame of the same file) holding it."""
+    *_, (header, rows) = tables(FAILED)
+    assert header == ["file"] and len(rows) == 7  # the frame and the prose are no rows
+    assert rows[0] == (("rspec ./spec/requests/timesheets_spec.rb:166",),
+                       ["spec/requests/timesheets_spec.rb"])
+    top = next(e for e in extremes(tables(FAILED)) if e.tag == tag("top", {"file"}))
+    assert top.probes == ("rspec ./spec/requests/timesheets_spec.rb:166",)
+    assert set(asked_columns("Which spec file accounted for the most failures in that run?",
+                             {top.tag: column_terms(top.column)})) == {top.tag}
+    # grep -n's matches name their files too; a word with a dot in prose names none
+    grep = "\n".join(f"app/{f}.rb:{i}:  def total" for i, f in enumerate("abcbdb"))
+    assert Counter(cells[0] for _, cells in tables(grep)[-1][1])["app/b.rb"] == 3
+    assert tables("\n".join(f"Note.{i} the config.yaml said so" for i in range(8))) == []
