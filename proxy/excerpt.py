@@ -161,10 +161,35 @@ def _lead(text: str, prev: str, qterms: set[str], first: list[str]) -> str:
     return lead + text
 
 
+HEAD_CHARS = 32  # a long line's first field, kept before a window that leaves it out
+
+
 def window(line: str, qterms: set[str], chars: int) -> str:
     """`chars` characters of a line too long to keep whole (minified JSON, a long log
     line): the stretch holding the most distinct query terms, starting a little before the
-    first of them, cut at spaces and marked " … " where text was left out."""
+    first of them, cut at spaces and marked " … " where text was left out. A stretch
+    that leaves out the line's first field (a table row's or a log line's id:
+    `WO-241004-0387  10/04 01:06  BW-P1  Backwash pump 1 tripped …`, where the question
+    named only the pump) has it first (`_head`)."""
+    head = _head(line)
+    cut = _window(line, qterms, chars - len(head) - 3) if head else ""
+    if cut.startswith("… "):
+        return f"{head} {cut}"
+    return _window(line, qterms, chars)
+
+
+def _head(line: str) -> str:
+    """A line's first field, when it is a short token that names something (`WO-241004-
+    0387`, `2024-05-14T09:41:48.213Z`), not the opening of a JSON value or a word of
+    prose ("The")."""
+    first = line.split(None, 1)[0] if line.strip() else ""
+    if (len(first) > HEAD_CHARS or first[:1] in '{["' or line[:1].isspace()
+            or not any(c.isdigit() or c.isupper() for c in first[1:])):
+        return ""
+    return first
+
+
+def _window(line: str, qterms: set[str], chars: int) -> str:
     spots = [(m.start(), t) for m in WORD.finditer(line)
              for t in text_terms(m.group()) if t in qterms]
     start = 0

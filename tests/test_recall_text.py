@@ -333,3 +333,21 @@ def test_a_match_that_starts_a_passage_takes_its_paragraphs_first_lines_from_the
     long_prev = prev + "".join(f"Reviewed-by: r{i}\n" for i in range(4))  # 6 lines
     assert preceded(text, long_prev, q("the sales dashboard?")) == text
     assert preceded(text, prev.split("\n\n")[-1], q("the sales dashboard?")) == text
+
+
+def test_a_long_row_cut_to_its_matching_stretch_keeps_its_first_field() -> None:
+    """A work-order row too long for the room left, matched on its description: the cut
+    keeps the order's number, which the question ("which work order … after the backwash
+    pump went down") asks for and does not name."""
+    row = ("WO-241004-0387  10/04 01:06  BW-P1     Backwash pump 1 tripped on overload during "
+           "F-05 BW — megger motor, check impeller for debris, inspect OL relay  EMERG     "
+           "rtorres      WAPPR→APPR  Maint on-call (D. Haverford)")
+    got = focus(row, q("the backwash pump went down"), 120, COUNT)
+    assert got.startswith("WO-241004-0387 … ") and "Backwash pump 1 tripped" in got
+    assert len(got) <= 120
+    # a line whose stretch starts at its head, prose, and JSON keep their plain cut
+    assert focus(row, q("work order 0387"), 120, COUNT).startswith("WO-241004-0387  10/04")
+    prose = "The pump " + "ran fine all week and " * 8 + "then the backwash pump tripped"
+    assert focus(prose, q("backwash pump"), 60, COUNT).startswith("… ")
+    minified = '{"rows": [' + ", ".join(f'{{"id": {i}}}' for i in range(30)) + ', "pump"]}'
+    assert focus(minified, q("pump"), 60, COUNT).startswith("… ")
