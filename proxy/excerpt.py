@@ -83,13 +83,18 @@ CONTINUE_CHARS = 240  # of the next passage, after a match in a passage's last l
 RECORD_LINE = 100
 
 
-def continued(text: str, nxt: str, qterms: set[str]) -> str:
+def continued(text: str, nxt: str, qterms: set[str],
+              onward: frozenset[str] = frozenset()) -> str:
     """`text`, and when one of its last `FIELDS_AFTER` lines is a short line (a record's
-    field, a table row: `RECORD_LINE` characters at most) that matches the query and the
+    field, a table row: `RECORD_LINE` characters at most) that matches the query, or any
+    line that holds one of `onward` (the event a question asks what came after:
+    proxy/step.py `onward_terms`), and the
     passage ends inside a block of lines (at a line's end, not at a blank line), the first
     lines of the passage after it (`FIELDS_AFTER`, `CONTINUE_CHARS` at most):
     passages are cut by length, so a record whose name ends one passage ("Invoice no:
-    INV-2023-22540") has its fields ("Total: 11,442.89") at the head of the next. Prose
+    INV-2023-22540") has its fields ("Total: 11,442.89") at the head of the next, and a
+    log line a question names ("Stopping container api (… OOMKilled=true)") the lines
+    after it. Prose
     and paragraphs end where they end. A passage cut inside one long line of JSON (a
     minified answer) whose last `CONTINUE_CHARS` match takes the line on that far, cut
     at a space or comma and marked " …" ("churn_q3_v7", …, "bytes_scanned": "172,…")."""
@@ -104,7 +109,9 @@ def continued(text: str, nxt: str, qterms: set[str]) -> str:
         cut = max(line.rfind(" ", 0, CONTINUE_CHARS), line.rfind(",", 0, CONTINUE_CHARS))
         return text + line[:cut if cut > 0 else CONTINUE_CHARS].rstrip(" ,") + " …"
     tail = text.rstrip().splitlines()[-FIELDS_AFTER:]
-    if not any(len(ln) <= RECORD_LINE and qterms.intersection(text_terms(ln)) for ln in tail):
+    if not any(onward.intersection(found)
+               or len(ln) <= RECORD_LINE and qterms.intersection(found)
+               for ln in tail if (found := text_terms(ln))):
         return text
     head = "\n".join(nxt.lstrip("\n").splitlines()[:FIELDS_AFTER])[:CONTINUE_CHARS]
     return text.rstrip("\n") + "\n" + head if head.strip() else text

@@ -32,7 +32,7 @@ from typing import Any
 from proxy.answers import BOOST
 from proxy.chunking import Conversation
 from proxy.excerpt import continued, focus, preceded, without_taken
-from proxy.step import Related
+from proxy.step import Related, onward_terms
 from store.base import Event
 from store.relevance import Hit
 from store.terms import terms, text_terms
@@ -185,6 +185,7 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
             cands[key] = (c, h, f"a question's nearest passages by vector, cosine {c:.2f} "
                                 f">= {question_similarity:g}")
     qterms = set(terms(query))
+    onward = onward_terms(query)  # an event it asks what came after: the lines after it
     alias = {t: w for r, (w, _) in (related or {}).items() for t in terms(r)
              if t not in qterms}
     qterms |= alias.keys()
@@ -226,7 +227,8 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
         matches = qterms.intersection(text_terms(h.text))
         plain = h.text
         if following is not None:
-            h = replace(h, text=continued(h.text, following(h.chunk_id, h.piece), qterms))
+            h = replace(h, text=continued(h.text, following(h.chunk_id, h.piece), qterms,
+                                          onward))
         full = h.text
         tokens = count(h.text) + HEADER  # its header line in the block
         if used + tokens > budget:  # too big for what is left: keep the lines that match

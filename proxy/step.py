@@ -117,6 +117,18 @@ def without_asides(text: str) -> str:
     return " ".join(kept) if kept else text
 
 
+_AFTER = re.compile(r"\b(?:after|following|since)\s+(?!(?:that|this|which|you)\b)"
+                    r"([^,.;:?!\n]+)", re.I)
+
+
+def onward_terms(text: str) -> frozenset[str]:
+    """The terms of the event a question asks what came after ("the first backend to fail
+    right after the container came back from the OOM kill": contain, came, back, oom,
+    kill), to its clause's end; not an aside's ("And after that keep going": none)."""
+    return frozenset(t for m in _AFTER.finditer(text) for t in terms(m.group(1))
+                     if t not in ASIDES)
+
+
 _WORDS = re.compile(r"[A-Za-z]+(?:-[A-Za-z]+)*")
 RELATED_WORDS = 48  # a question's last distinct words that bring their related words
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from proxy.excerpt import continued, focus, preceded
 from proxy.recall import ChunkMeta, render, select
+from proxy.step import onward_terms
 from store.relevance import Hit, RelevanceIndex
 from store.terms import terms
 
@@ -351,3 +352,25 @@ def test_a_long_row_cut_to_its_matching_stretch_keeps_its_first_field() -> None:
     assert focus(prose, q("backwash pump"), 60, COUNT).startswith("… ")
     minified = '{"rows": [' + ", ".join(f'{{"id": {i}}}' for i in range(30)) + ', "pump"]}'
     assert focus(minified, q("pump"), 60, COUNT).startswith("… ")
+
+
+
+def test_a_log_line_a_question_asks_what_came_after_takes_the_next_passages_lines() -> None:
+    """"Right after the container came back from the OOM kill, which backend was the first
+    to fail?": the kill ends one passage of the log, the failed health check opens the
+    next. A log line is longer than a record's field, so only the event the question asks
+    what came after takes the lines after it along."""
+    ask = ("In those API logs, right after the container came back from the OOM kill, which "
+           "backend address was the first to fail? And after that keep going.")
+    assert onward_terms(ask) == {"contain", "came", "oom", "kill"}  # not the aside's
+    assert onward_terms("And after that keep going with the release triage.") == set()
+    text = ("2024-05-14T09:14:06.973Z  staging/49558ea872a6  INFO  upstream timeout calling "
+            "inventory-svc after 5000ms\n2024-05-14T09:41:07.118Z  staging/ecs-agent     INFO"
+            "  Stopping container api (exit code 137, OOMKilled=true)\n")
+    nxt = ("2024-05-14T09:41:31.940Z  staging/7c1e0a99f2b4  INFO  listening on :8443 (tls)\n"
+           "2024-05-14T09:41:48.213Z  staging/7c1e0a99f2b4  ERROR healthcheck failed "
+           "target=10.42.17.201:8443 code=502\n")
+    got = continued(text, nxt, q(ask), onward_terms(ask))
+    assert got.startswith(text.rstrip("\n")) and "target=10.42.17.201:8443" in got
+    assert continued(text, nxt, q(ask)) == text  # asked for the kill alone: its own lines
+    assert continued(text, nxt, q(ask), frozenset({"deploy"})) == text  # another event
