@@ -29,7 +29,9 @@ row is notable when it is
   as the next (a reading of 35.4 where the rest hold 37.0 +- 0.2 is the `lowest`);
 - `lowest`: under a fifth of the next (all values above zero), or as far below.
 - `jump`: (six rows or more, in their order) the row at the top of a step over `JUMP`
-  times the next largest: the hop where a traceroute's delay climbs 63 ms.
+  times the next largest: the hop where a traceroute's delay climbs 63 ms;
+- `over`: past a limit its own row states (a value over its `ucl`, usage over its
+  `quota`): the first and the last such row (store/limits.py).
 In any column, numbers or not, a row is `odd` when its cell differs in shape (digits
 aside, a number as any number, a list or record as empty or not) from the shape 80 % of
 the column share, one or two rows and a fifth of them at most: the FAIL among PASSes,
@@ -58,6 +60,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 
 from store.fixedwidth import fixed_tables
+from store.limits import past_limits
 from store.logfmt import logfmt_records
 from store.pathlines import path_lines
 from store.terms import WORD
@@ -77,6 +80,9 @@ WORDS = {
     "lowest": "lowest smallest least minimum cheapest fewest worst outlier drop dropped dip "
               "coldest coolest lightest",
     "jump": "jump jumped jumps jumping spike spiked surge surged suddenly",
+    # a row past a limit its own row states (store/limits.py): the first SPC breach
+    "over": "breach breached breaches breaching exceed exceeded exceeds exceeding "
+            "exceedance violation violations violated overrun overran excursion",
     "odd": "problem problems fail failed failing failure flagged alarm alarms anomaly "
            "anomalous abnormal unusual odd marked missing without empty blank untagged unlabeled "
            "unlabelled broken no different differs differed unlike instead except "
@@ -221,6 +227,8 @@ def _in_table(header: Sequence[str] | None, rows: list[Row]) -> Iterator[Notable
     for name, vals in numeric_columns(header, rows):
         for kind, i in _odd(vals):
             yield Notable(kind, name, rows[i][0])
+    for name, i in past_limits(header, rows, number):
+        yield Notable("over", name, rows[i][0])
 
 
 def numeric_columns(header: Sequence[str] | None, rows: list[Row],

@@ -433,3 +433,26 @@ def test_a_title_line_split_like_the_table_is_not_its_header() -> None:
 def test_a_point_marked_unlike_the_rest_is_asked_for_as_the_odd_one() -> None:
     assert TAGS["odd"] in asked(
         "One point on the AHU-19 controller was marked out-of-service in the BACnet read - which?")
+
+
+# an SPC export: each row its value and the control limits it is held to
+SPC = "\n".join(["ts,lot,chamber,param,value,ucl,lcl,cl,rule", *(
+    f"2024-06-14 0{i}:23:53,N9G381.{i},CVD01-PM4,CD_CONTACT_nm,{v},48.420,41.580,45.000,{r}"
+    for i, (v, r) in enumerate([("46.178", ""), ("44.903", ""), ("49.165", "WE1"),
+                                ("41.020", "WE1"), ("45.300", ""), ("48.990", "WE1"),
+                                ("44.110", "")]))])
+
+
+def test_the_first_and_last_rows_past_their_own_limits_are_over() -> None:
+    """"The first upper-limit breach": 49.165 over its `ucl` of 48.420 is no outlier among
+    values near 45, and no column's end (48.990 is over too, 41.020 under its `lcl`)."""
+    lines = SPC.splitlines()
+    over = [n for n in notable(SPC) if n.kind == "over"]
+    assert over == [Notable("over", "value", (lines[3],)), Notable("over", "value", (lines[6],))]
+    assert TAGS["over"] in asked("What timestamp was the first upper-limit breach on the "
+                                 "CD_CONTACT_nm SPC export?")
+    # two rows past their limits are both notable; no limit column, none
+    two = "\n".join(lines[:5] + lines[7:])
+    assert [n.probes for n in notable(two) if n.kind == "over"] == [(lines[3],), (lines[4],)]
+    plain = "\n".join(",".join(ln.split(",")[:5]) for ln in lines)
+    assert [n for n in notable(plain) if n.kind == "over"] == []
