@@ -304,16 +304,32 @@ def _odd_shapes(cells: list[Any]) -> list[int]:
     from the one shape 80 % of the column's cells share: the FAIL among PASSes, the
     empty list of tags, the line that reads ALARM where the others read RH=88%. The
     first five cells tell most columns apart (ids, names, amounts): no shape three times
-    among them, no common one."""
+    among them, no common one. Where shapes differ too often, by the first word
+    (`_first_word`): the one REJECTED among VERIFIED and "VERIFIED (late)"."""
+    return _odd_by(cells, _shape) or _odd_by(cells, _first_word)
+
+
+def _first_word(cell: Any) -> str:
+    """A text cell's first word (`VERIFIED` of "VERIFIED (late)"); a number's, or any other
+    cell's, shape."""
+    if isinstance(cell, str) and (m := _LETTERS.search(cell)) is not None and m.start() < 2:
+        return m.group()
+    return _shape(cell)
+
+
+_LETTERS = re.compile(r"[A-Za-z]+")
+
+
+def _odd_by(cells: list[Any], key: Callable[[Any], str]) -> list[int]:
     n = len(cells)
     most = min(2, n // 5)
-    head = [_shape(c) for c in cells[:5]]
+    head = [key(c) for c in cells[:5]]
     common = max(head, key=head.count)
     if head.count(common) < len(head) - most:
         return []
     odd = [i for i, h in enumerate(head) if h != common]
     for i in range(len(head), n):
-        if _shape(cells[i]) != common:
+        if key(cells[i]) != common:
             odd.append(i)
             if len(odd) > most:
                 return []

@@ -456,3 +456,23 @@ def test_the_first_and_last_rows_past_their_own_limits_are_over() -> None:
     assert [n.probes for n in notable(two) if n.kind == "over"] == [(lines[3],), (lines[4],)]
     plain = "\n".join(",".join(ln.split(",")[:5]) for ln in lines)
     assert [n for n in notable(plain) if n.kind == "over"] == []
+
+
+# a command history: some verifications late, one command rejected
+COMMANDS = "\n".join(
+    f"2024-06-17T{10 + i}:00:00Z  CTR={25000 + 37 * i}  {cmd:<20}  arg={i * 7}  by=ctl.ohassan"
+    f"  {status}" for i, (cmd, status) in enumerate([
+        ("SA_ROT_RATE", "VERIFIED"), ("CHN_SW_POS", "VERIFIED (late)"),
+        ("HTR_BATT_1_ON", "VERIFIED"), ("BCN_PWR_SET", "VERIFIED (late)"),
+        ("HTR_PROP_LINE_B_ON", "REJECTED (PRE-EXEC: param out of range)"),
+        ("AOCS_WHL_UNLOAD", "VERIFIED"), ("TWTA_17V_ON", "VERIFIED (late)"),
+        ("CMD_CTR_RESET", "VERIFIED"), ("CAMP_12V_GAIN_STEP", "VERIFIED"),
+        ("HTR_BATT_1_OFF", "VERIFIED")]))
+
+
+def test_the_one_status_whose_first_word_differs_is_odd_where_shapes_vary_more() -> None:
+    """Three "VERIFIED (late)" among VERIFIED are too many odd shapes; by first word the
+    REJECTED command is the one odd row."""
+    rejected = next(ln for ln in COMMANDS.splitlines() if "REJECTED" in ln)
+    assert notable(COMMANDS) == [Notable("odd", "", (rejected,))]
+    assert TAGS["odd"] in asked("What was the only command the spacecraft rejected?")
