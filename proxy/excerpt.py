@@ -9,6 +9,7 @@ block has a budget: these choose the part of it that answers the step (proxy/rec
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -118,6 +119,8 @@ def continued(text: str, nxt: str, qterms: set[str],
 
 
 RECORD_BACK_CHARS = 640  # of the previous passage, back to the record a match ends
+_YAML_FIELD = re.compile(r"\s+[A-Za-z_][\w.-]*:(?:\s|$)")  # `    defect: hydraulic leak`
+_YAML_ITEM = re.compile(r"(\s*)- ")  # `  - id: TMX-441`: a list's record opens
 LEAD_LINES = 3  # a paragraph's first lines, at most, taken from the passage before
 
 
@@ -129,7 +132,8 @@ def preceded(text: str, prev: str, qterms: set[str]) -> str:
       record (a `{` indented less than the field) within its last `RECORD_BACK_CHARS`. A
       pretty-printed record longer than a passage has its id at the end of one passage
       (`"cid": "LVL/IPT/887097"`) and the field a question names at the head of the next
-      (`"description": "primary transit"`);
+      (`"description": "primary transit"`). So does a YAML list's record, opened by
+      its `- id: TMX-441` line (`_YAML_FIELD`, `_YAML_ITEM`);
     - any other line, and `prev` ends inside a paragraph of at most `LEAD_LINES` lines
       (after its last blank line): a linter's file path over its findings
       ("src/trackers/queue.ts" / "  88:11  error  Promises must be awaited"), a commit's
@@ -138,11 +142,13 @@ def preceded(text: str, prev: str, qterms: set[str]) -> str:
     if not prev.endswith("\n") or prev.endswith("\n\n") or text.startswith("\n"):
         return text
     first = text.splitlines()[:FIELDS_AFTER]
-    hit = next((ln for ln in first if len(ln) <= RECORD_LINE and ln.lstrip().startswith('"')
+    hit = next((ln for ln in first if len(ln) <= RECORD_LINE
+                and (ln.lstrip().startswith('"') or _YAML_FIELD.match(ln))
                 and qterms.intersection(text_terms(ln))), None)
     if hit is None:
         return _lead(text, prev, qterms, first)
     indent = len(hit) - len(hit.lstrip())
+    yaml = not hit.lstrip().startswith('"')
     size = 0
     lines = prev.splitlines()
     for k in range(len(lines) - 1, -1, -1):
@@ -150,7 +156,9 @@ def preceded(text: str, prev: str, qterms: set[str]) -> str:
         size += len(ln) + 1
         if size > RECORD_BACK_CHARS:
             return text
-        if ln.strip() == "{" and len(ln) - len(ln.lstrip()) < indent:
+        opens = ((m := _YAML_ITEM.match(ln)) is not None and len(m.group(1)) < indent
+                 if yaml else ln.strip() == "{" and len(ln) - len(ln.lstrip()) < indent)
+        if opens:
             return "\n".join(lines[k:]) + "\n" + text
         if ln.strip() in ("}", "},") and len(ln) - len(ln.lstrip()) < indent:
             return text  # another record closed: the match's own opened in no line here

@@ -374,3 +374,18 @@ def test_a_log_line_a_question_asks_what_came_after_takes_the_next_passages_line
     assert got.startswith(text.rstrip("\n")) and "target=10.42.17.201:8443" in got
     assert continued(text, nxt, q(ask)) == text  # asked for the kill alone: its own lines
     assert continued(text, nxt, q(ask), frozenset({"deploy"})) == text  # another event
+
+
+def test_a_yaml_field_that_starts_a_passage_takes_its_records_dash_line_from_the_one_before(
+        ) -> None:
+    """A GSE list as YAML: the tug's defect opens one passage, its `- id:` line ends the
+    one before; "which pushback tractor was taken out with the leak" needs the id."""
+    prev = ("  - id: TMX-415\n    type: pushback tug (towbarless)\n    status: IN USE\n"
+            "  - id: TMX-441\n    type: pushback tug (towbarless)\n    status: U/S\n")
+    text = '    hours: 14458\n    defect: "hydraulic leak at steering cylinder"\n'
+    got = preceded(text, prev, q("which pushback tractor was taken out with the leak"))
+    assert got == ("  - id: TMX-441\n    type: pushback tug (towbarless)\n    status: U/S\n"
+                   + text)
+    # a top-level key is no record's field; a question its first lines miss takes nothing
+    assert preceded("defect: leak\n", prev, q("leak")) == "defect: leak\n"
+    assert preceded(text, prev, q("which runway")) == text
