@@ -42,6 +42,7 @@ from store.notable import (
     superlative,
     unit_of,
 )
+from store.spans import spans
 from store.terms import STOP, WORD, terms
 
 MAX_WORDS = frozenset(
@@ -338,13 +339,16 @@ def keyed(rows: list[Row]) -> list[str] | None:
 
 def _in_table(header: Any, rows: list[Row]) -> Iterator[End]:
     yield from modes(header, rows)
-    for name, vals in numeric_columns(header, rows, day):
+    # its numeric and dated columns, and how long each row took between two dates of it
+    # (store/spans.py: `collected to received duration`)
+    for name, vals in [*numeric_columns(header, rows, day), *spans(header, rows, day)]:
         cterms = column_terms(name)
         if not cterms or len(vals) < 2:
             continue
         # what its cells' unit says it holds: `top_oil` in °C is a temperature
-        j = next(j for j, h in enumerate(header) if str(h) == name)
-        units = unit_terms(cells[j] for _, cells in rows if j < len(cells)) - cterms
+        j = next((j for j, h in enumerate(header) if str(h) == name), None)
+        units = frozenset() if j is None else unit_terms(
+            cells[j] for _, cells in rows if j < len(cells)) - cterms
         order = sorted(vals, key=lambda iv: iv[1])
         if order[-1][1] > order[-2][1]:
             yield End(tag("max", cterms), name, rows[order[-1][0]][0], units)

@@ -664,3 +664,36 @@ def test_the_file_most_lines_name_is_the_top_of_a_column_no_line_prints() -> Non
     grep = "\n".join(f"app/{f}.rb:{i}:  def total" for i, f in enumerate("abcbdb"))
     assert Counter(cells[0] for _, cells in tables(grep)[-1][1])["app/b.rb"] == 3
     assert tables("\n".join(f"Note.{i} the config.yaml said so" for i in range(8))) == []
+
+
+# a corrections log: when each story ran and when it was fixed
+CORRECTIONS = "\n".join([
+    "ID       PUBLISHED         CORRECTED         DESK      ERROR_TYPE",
+    "-------  ----------------  ----------------  --------  -------------------",
+    *(f"CX-{n}  {p}  {c}  metro     wrong date" for n, p, c in [
+        ("2235", "2024-07-31 06:00", "2024-08-04 22:00"),
+        ("2207", "2024-08-01 04:00", "2024-08-04 08:00"),
+        ("2291", "2024-03-02 09:00", "2024-03-12 10:00"),
+        ("2224", "2024-08-07 22:00", "2024-08-10 01:00"),
+        ("2085", "2024-08-22 06:00", "2024-08-22 22:00"),
+        ("2199", "2024-04-10 09:00", "2024-04-12 15:00")])])
+
+
+def test_how_long_each_row_took_between_two_dates_is_a_column_of_its_own() -> None:
+    """"Which correction took the longest between publication and the fix": CX-2291 ran
+    ten days uncorrected, and neither of its dates is an end of its own column."""
+    found = {e.tag: e for e in extremes(tables(CORRECTIONS))}
+    name = "PUBLISHED to CORRECTED duration"
+    longest = found[tag("max", column_terms(name))]
+    assert longest.column == name and longest.probes[0].startswith("CX-2291")
+    assert found[tag("min", column_terms(name))].probes[0].startswith("CX-2085")
+    assert found[tag("max", column_terms("CORRECTED"))].probes[0].startswith("CX-2085")
+    columns = {t: column_terms(e.column) for t, e in found.items()}
+    asked = asked_columns("Which correction took the longest between publication and the "
+                          "fix?", columns)
+    assert max(asked, key=asked.__getitem__) == longest.tag
+    # dates the second of which mostly comes first make no such column
+    head, rule, *rows = CORRECTIONS.splitlines()
+    swapped = "\n".join([head, rule, *(f"{r[:7]}  {r[27:43]}  {r[9:25]}{r[43:]}" for r in rows)])
+    assert swapped.splitlines()[4].startswith("CX-2291  2024-03-12 10:00  2024-03-02 09:00")
+    assert not [e for e in extremes(tables(swapped)) if "duration" in e.column]

@@ -1,0 +1,46 @@
+"""How long each row took between two of its dated columns: a column no table prints.
+
+```
+{"accession": "SPHL-24-66055", "collected": "2024-07-16T09:00", "received": "2024-07-25T19:00", …}
+ID       PUBLISHED         CORRECTED         DESK
+CX-2235  2024-07-31 06:00  2024-08-04 22:00  metro
+```
+
+"Which specimen took the longest to get from collection to the lab", "which correction
+took the longest between publication and the fix": the answer is the row whose second
+date lies furthest after its first, and neither date is an end of its own column. So
+each pair of a table's dated columns (`MAX_DATED` of them at most, each `_DAY`-shaped in
+70 % of its rows) whose later column comes after the earlier in 90 % of the rows where
+both are set makes a column of their differences, named by both and `duration`
+(`collected to received duration`): its top and bottom rows are the longest and the
+shortest (store/extremes.py `_in_table`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from itertools import combinations
+from typing import Any
+
+MAX_DATED = 4  # dated columns looked at: six pairs at most
+_DATED = re.compile(r"\s*\d{4}-\d\d-\d\d")
+
+Row = tuple[tuple[str, ...], list[Any]]
+
+
+def spans(header: Sequence[Any], rows: list[Row], day: Callable[[Any], float | None]
+          ) -> Iterator[tuple[str, list[tuple[int, float]]]]:
+    """(a name, [(row, days between)]) for each pair of dated columns of `header`, the
+    second mostly after the first (see the module)."""
+    dated = [j for j in range(len(header))
+             if sum(isinstance(c[j], str) and _DATED.match(c[j]) is not None
+                    for _, c in rows if j < len(c)) >= 0.7 * len(rows)][:MAX_DATED]
+    for a, b in combinations(dated, 2):
+        vals = []
+        for i, (_, cells) in enumerate(rows):
+            start, end = day(cells[a]), day(cells[b]) if b < len(cells) else None
+            if start is not None and end is not None:
+                vals.append((i, end - start))
+        if len(vals) >= 0.7 * len(rows) and sum(v >= 0 for _, v in vals) >= 0.9 * len(vals):
+            yield f"{header[a]} to {header[b]} duration", vals
