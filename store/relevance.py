@@ -41,6 +41,9 @@ IDEAL_TERMS = 8  # strength's yardstick: the query's most specific terms, not al
 FEW = 16  # waiting passages a related word may be in, at most, to be indexed for it
 FEW_BUDGET = 64  # and passages indexed so in all, on one request (store/postings.py)
 NOTABLE_WEIGHT = 1.0  # a notable row's tag, named by a question: x its idf
+# a question's sentences: "the most accounts" asks for a column's end, and "Draft the
+# reason-for-suspicion paragraph" after it names no column to take it (not "7.1"'s dot)
+_SENTENCES = re.compile(r"(?<=[.?!])\s+|\n+")
 
 
 class RelevanceIndex(Postings):
@@ -102,7 +105,10 @@ class RelevanceIndex(Postings):
         if not (tags or ends(question)):
             return {}
         self.examine()
-        columns = asked_columns(question, self._columns, self._units)
+        columns: dict[str, float] = {}  # an end and a column's words in one sentence
+        for sentence in _SENTENCES.split(question):
+            for t, share in asked_columns(sentence, self._columns, self._units).items():
+                columns[t] = max(share, columns.get(t, 0.0))
         self._settle([*tags, *columns])
         out = {t: NOTABLE_WEIGHT * self._idf(t) for t in tags if t in self._post}
         out.update((t, NOTABLE_WEIGHT * share * self._idf(t)) for t, share in columns.items()

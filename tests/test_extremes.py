@@ -697,3 +697,22 @@ def test_how_long_each_row_took_between_two_dates_is_a_column_of_its_own() -> No
     swapped = "\n".join([head, rule, *(f"{r[:7]}  {r[27:43]}  {r[9:25]}{r[43:]}" for r in rows)])
     assert swapped.splitlines()[4].startswith("CX-2291  2024-03-12 10:00  2024-03-02 09:00")
     assert not [e for e in extremes(tables(swapped)) if "duration" in e.column]
+
+
+def test_a_column_is_asked_for_by_an_end_in_its_own_sentence() -> None:
+    """"Which device was shared across the most accounts? Draft the reason paragraph.":
+    "most" asks for the top of `accounts`, not the commonest `reason`, which only the
+    next sentence names."""
+    devices = "\n".join(["device,accounts,reason", *(
+        f"dfp_{i:03d},{n},{r}" for i, (n, r) in enumerate(
+            [(3, "mule"), (8, "mule"), (2, "takeover"), (4, "mule"), (1, "scam"),
+             (2, "mule")]))])
+    idx = RelevanceIndex()
+    idx.add("devices", devices)
+    asked = idx.notable_terms("Which device fingerprint was shared across the most "
+                              "accounts? Draft the SAR reason-for-suspicion paragraph.")
+    assert set(asked) == {tag("max", column_terms("accounts"))}
+    both = idx.notable_terms("Which reason is the most common, and which device has the "
+                             "most accounts?")
+    assert set(both) == {tag("max", column_terms("accounts")),
+                         tag("top", column_terms("reason"))}
