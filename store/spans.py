@@ -1,4 +1,5 @@
-"""How long each row took between two of its dated columns: a column no table prints.
+"""How long each row took between two of its dated columns, and how far one version
+column is behind another: columns no table prints.
 
 ```
 {"accession": "SPHL-24-66055", "collected": "2024-07-16T09:00", "received": "2024-07-25T19:00", …}
@@ -14,6 +15,11 @@ each pair of a table's dated columns (`MAX_DATED` of them at most, each `_DAY`-s
 both are set makes a column of their differences, named by both and `duration`
 (`collected to received duration`): its top and bottom rows are the longest and the
 shortest (store/extremes.py `_in_table`).
+
+So does a pair of version columns (`Current 10.0.3`, `Latest 15.0.2`: `bundle outdated`,
+`npm outdated`, `pip list --outdated`) whose second is the newer in 90 % of the rows:
+`Current to Latest versions behind` counts the major versions between them (a minor
+version a thousandth), so "which gem was the most major versions behind" is its top.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import combinations
 from typing import Any
 
-MAX_DATED = 4  # dated columns looked at: six pairs at most
+MAX_DATED = 4  # dated (or version) columns looked at: six pairs at most
 _DATED = re.compile(r"\s*\d{4}-\d\d-\d\d")
+# three parts at least: a column of decimals (`12.50`) is no column of versions
+_VERSION = re.compile(r"\s*v?(\d+)\.(\d+)(?:\.\d+)+(?:[-+.]?[A-Za-z][\w.]*)?\s*$")
 
 Row = tuple[tuple[str, ...], list[Any]]
 
@@ -33,14 +41,29 @@ def spans(header: Sequence[Any], rows: list[Row], day: Callable[[Any], float | N
           ) -> Iterator[tuple[str, list[tuple[int, float]]]]:
     """(a name, [(row, days between)]) for each pair of dated columns of `header`, the
     second mostly after the first (see the module)."""
-    dated = [j for j in range(len(header))
-             if sum(isinstance(c[j], str) and _DATED.match(c[j]) is not None
-                    for _, c in rows if j < len(c)) >= 0.7 * len(rows)][:MAX_DATED]
-    for a, b in combinations(dated, 2):
+    yield from _pairs(header, rows, _DATED, day, "duration")
+    yield from _pairs(header, rows, _VERSION, _major, "versions behind")
+
+
+def _major(cell: Any) -> float | None:
+    """A version as its major number and a thousandth of its minor (`10.0.3`: 10.0)."""
+    m = _VERSION.match(cell) if isinstance(cell, str) else None
+    return None if m is None else int(m.group(1)) + min(int(m.group(2)), 999) / 1000
+
+
+def _pairs(header: Sequence[Any], rows: list[Row], shape: re.Pattern[str],
+           value: Callable[[Any], float | None], what: str
+           ) -> Iterator[tuple[str, list[tuple[int, float]]]]:
+    """The differences between each pair of `shape`d columns, the second mostly the
+    greater, named "<first> to <second> <what>"."""
+    shaped = [j for j in range(len(header))
+              if sum(isinstance(c[j], str) and shape.match(c[j]) is not None
+                     for _, c in rows if j < len(c)) >= 0.7 * len(rows)][:MAX_DATED]
+    for a, b in combinations(shaped, 2):
         vals = []
         for i, (_, cells) in enumerate(rows):
-            start, end = day(cells[a]), day(cells[b]) if b < len(cells) else None
+            start, end = value(cells[a]), value(cells[b]) if b < len(cells) else None
             if start is not None and end is not None:
                 vals.append((i, end - start))
         if len(vals) >= 0.7 * len(rows) and sum(v >= 0 for _, v in vals) >= 0.9 * len(vals):
-            yield f"{header[a]} to {header[b]} duration", vals
+            yield f"{header[a]} to {header[b]} {what}", vals

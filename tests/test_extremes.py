@@ -716,3 +716,26 @@ def test_a_column_is_asked_for_by_an_end_in_its_own_sentence() -> None:
                              "most accounts?")
     assert set(both) == {tag("max", column_terms("accounts")),
                          tag("top", column_terms("reason"))}
+
+
+# `bundle outdated`: each gem's installed and newest versions
+OUTDATED = "\n".join(["Gem                       Current  Latest   Requested  Groups", *(
+    f"{g:<26}{c:<9}{n:<9}{'':<11}default" for g, c, n in [
+        ("actioncable", "6.1.7.6", "7.1.3.2"), ("byebug", "1.6.4", "1.9.2"),
+        ("carrierwave", "10.0.3", "15.0.2"), ("childprocess", "4.4.11", "5.6.0"),
+        ("connection_pool", "4.7.3", "4.14.1"), ("crass", "4.18.9", "5.0.4")])])
+
+
+def test_how_far_one_version_column_is_behind_another_is_a_column_of_its_own() -> None:
+    """"Which gem was the most major versions behind": carrierwave, five majors between
+    10.0.3 and 15.0.2, though neither is an end of its own column."""
+    found = {e.tag: e for e in extremes(tables(OUTDATED))}
+    name = "Current to Latest versions behind"
+    behind = found[tag("max", column_terms(name))]
+    assert behind.column == name and behind.probes[0].startswith("carrierwave")
+    asked = asked_columns("In the outdated-gems list, which gem was the most major versions "
+                          "behind?", {t: column_terms(e.column) for t, e in found.items()})
+    assert max(asked, key=asked.__getitem__) == behind.tag
+    # prices are no versions
+    prices = "\n".join(["item,cost,price", *(f"i{k},{k}.50,{k + 3}.25" for k in range(8))])
+    assert not [e for e in extremes(tables(prices)) if "versions" in e.column]
