@@ -148,9 +148,10 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     BOOST), measured against the best unboosted score. `following(chunk id, piece)`: the
     next passage's text, whose first lines a passage matched in its last lines takes
     along (`continued`); `preceding(chunk id, piece)`: the passage before, whose lines
-    that open a record a passage matched in its first lines takes, room left
-    (`preceded`); `header(chunk id)`: the header of the table a chunk opens with, which a
-    later passage of it shows first, room left (`_headed`)."""
+    that open a record a passage matched in its first lines takes, counted in its cost
+    (`preceded`; left out where they alone do not fit); `header(chunk id)`: the header
+    of the table a chunk opens with, which a later passage of it shows first, room left
+    (`_headed`)."""
     if budget <= 0 or not (hits or vectors):
         return []
     # "within min_relative of the best" among the candidates: an in-context message that
@@ -200,6 +201,7 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     together: dict[str, int] = {}  # chunk id -> most query terms one of their lines holds
     # (chunk, piece) -> its text before `continued`, and after
     extended: dict[tuple[str, int], tuple[str, str]] = {}
+    leads: dict[tuple[str, int], str] = {}  # (chunk, piece) -> what it took from the one before
 
     def novel_first() -> Iterator[tuple[float, Hit, str]]:
         """A passage matching no query term that its chunk's chosen passages do not (the
@@ -226,18 +228,31 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
             continue
         matches = qterms.intersection(text_terms(h.text))
         plain = h.text
+        if preceding is not None and h.piece:  # the record it starts inside opened before:
+            # its first lines count in its cost now (the shot a note under it is about),
+            # and go again if that passage is chosen too (`_unbegun`)
+            h = replace(h, text=preceded(h.text, preceding(h.chunk_id, h.piece), qterms))
+            if h.text != plain:
+                leads[(h.chunk_id, h.piece)] = h.text[:len(h.text) - len(plain)]
+        begun = h.text
         if following is not None:
             h = replace(h, text=continued(h.text, following(h.chunk_id, h.piece), qterms,
                                           onward))
         full = h.text
         tokens = count(h.text) + HEADER  # its header line in the block
+        lead = leads.get((h.chunk_id, h.piece), "")
+        if lead and used + tokens > budget:  # no room for its record's opening: without
+            h = replace(h, text=full[len(lead):])
+            full, begun = h.text, begun[len(lead):]
+            tokens = count(h.text) + HEADER
+            del leads[(h.chunk_id, h.piece)]
         if used + tokens > budget:  # too big for what is left: keep the lines that match
             h = replace(h, text=focus(h.text, qterms, budget - used - HEADER, count, h.rows))
             tokens = count(h.text) + HEADER
             if not h.text or used + tokens > budget or _headless(h, header):
                 continue
-        if full != plain:  # it took the next passage's first lines (focused or not)
-            extended[(h.chunk_id, h.piece)] = (plain, full)
+        if full != begun:  # it took the next passage's first lines (focused or not)
+            extended[(h.chunk_id, h.piece)] = (begun, full)
         if not why:
             matched = sorted(dict.fromkeys(t for t in text_terms(h.text) if t in qterms),
                              key=lambda t: (t.isalpha(), -len(t)))
@@ -256,9 +271,7 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
         used += tokens
         if len(out) >= top_k:
             break
-    out = _unrepeated(out, extended, count)
-    if preceding is not None:
-        out = _begun(out, preceding, qterms, count, budget)
+    out = _unbegun(_unrepeated(out, extended, count), leads, count)
     return out if header is None else _headed(out, header, qterms, count, budget)
 
 
@@ -286,21 +299,17 @@ def _unrepeated(out: list[Recalled], extended: dict[tuple[str, int], tuple[str, 
     return out
 
 
-def _begun(out: list[Recalled], preceding: Callable[[str, int], str], qterms: set[str],
-           count: Any, budget: int) -> list[Recalled]:
-    """Each chosen passage that starts inside a record begun in the passage before
-    (`preceded`), that one not chosen, takes the record's first lines from it while the
-    budget has room: the id a question's field belongs to."""
+def _unbegun(out: list[Recalled], leads: dict[tuple[str, int], str], count: Any
+             ) -> list[Recalled]:
+    """A passage that took its record's first lines from the passage before (`preceded`:
+    `leads`) gives them back when that passage is recalled too: the block shows them at
+    its end, once."""
     chosen = {(r.hit.chunk_id, r.hit.piece) for r in out}
-    used = sum(r.tokens for r in out)
     for i, r in enumerate(out):
-        if r.hit.piece == 0 or (r.hit.chunk_id, r.hit.piece - 1) in chosen:
-            continue
-        text = preceded(r.hit.text, preceding(r.hit.chunk_id, r.hit.piece), qterms)
-        tokens = count(text) + HEADER
-        if text != r.hit.text and used - r.tokens + tokens <= budget:
-            used += tokens - r.tokens
-            out[i] = replace(r, hit=replace(r.hit, text=text), tokens=tokens)
+        lead = leads.get((r.hit.chunk_id, r.hit.piece))
+        if lead and (r.hit.chunk_id, r.hit.piece - 1) in chosen and r.hit.text.startswith(lead):
+            text = r.hit.text[len(lead):]
+            out[i] = replace(r, hit=replace(r.hit, text=text), tokens=count(text) + HEADER)
     return out
 
 

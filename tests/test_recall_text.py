@@ -389,3 +389,35 @@ def test_a_yaml_field_that_starts_a_passage_takes_its_records_dash_line_from_the
     # a top-level key is no record's field; a question its first lines miss takes nothing
     assert preceded("defect: leak\n", prev, q("leak")) == "defect: leak\n"
     assert preceded(text, prev, q("which runway")) == text
+
+
+def test_a_passages_record_opening_counts_in_its_cost_before_weaker_passages_fill_the_room(
+        ) -> None:
+    """A review note ("Retime this") opens a passage; its shot's line ends the one before.
+    The shot's line is part of what the note costs when it is chosen, so a weaker passage
+    chosen after it cannot take its room (it was added last, where room was left)."""
+    prev = ("Review playlist: LST_204  |  Reviewer: Showrunner\n\nLST_042_0340  v015  [comp]  "
+            "status -> cbb\n  - Sky replacement reads too saturated.\n\n"
+            "LST_204_0160  v016  [fx]  status -> rev\n")
+    note = ("  - Retime this, it's dragging. Speed up the lantern swing by about 20%.\n\n"
+            "LST_010_0060  v039  [comp]  status -> rev\n  - Push the atmospherics back.\n")
+    other = "The render queue for 204 has sixty jobs; the retimed shots wait on comp.\n"
+    texts = {("notes", 0): prev, ("notes", 1): note, ("queue", 0): other}
+    meta = {c: ChunkMeta(1, "tool", "TRANSIENT") for c in ("notes", "queue")}
+    query = "Which shot did the showrunner ask to have retimed?"
+    lead = "LST_204_0160  v016  [fx]  status -> rev\n"
+    filler = "Retimed plates: LST_204\n"  # fits the room the shot's line takes, with its header
+    meta["plates"] = ChunkMeta(1, "tool", "TRANSIENT")
+    hits = [Hit("notes", 1, note, 3.0, 0.9), Hit("queue", 0, other, 2.0, 0.6),
+            Hit("plates", 0, filler, 1.5, 0.5)]
+    budget = len(lead + note) + len(other) + 2 * 16
+    assert len(filler) + 16 == len(lead)
+    got = select(hits, {"notes", "queue", "plates"}, meta, query=query, min_relevance=0.1,
+                 min_relative=0.0, top_k=4, budget=budget, count=COUNT,
+                 preceding=lambda c, n: texts[(c, n - 1)])
+    assert [r.hit.text for r in got] == [lead + note, other]
+    # with the passage before chosen too, the shot's line shows once, at its end
+    both = select([*hits, Hit("notes", 0, prev, 1.0, 0.5)], {"notes", "queue"}, meta,
+                  query=query, min_relevance=0.1, min_relative=0.0, top_k=4, budget=10_000,
+                  count=COUNT, preceding=lambda c, n: texts[(c, n - 1)])
+    assert [r.hit.text for r in both] == [note, other, prev]
