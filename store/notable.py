@@ -32,6 +32,8 @@ row is notable when it is
   times the next largest: the hop where a traceroute's delay climbs 63 ms;
 - `over`: past a limit its own row states (a value over its `ucl`, usage over its
   `quota`): the first and the last such row (store/limits.py).
+A column whose values read apart from its siblings' (`PROP_CBH_3A_T` at 70 beside seven
+at 120) is `odd` too, on the passage that names it (store/siblings.py).
 In any column, numbers or not, a row is `odd` when its cell differs in shape (digits
 aside, a number as any number, a list or record as empty or not) from the shape 80 % of
 the column share, one or two rows and a fifth of them at most: the FAIL among PASSes,
@@ -63,6 +65,7 @@ from store.fixedwidth import fixed_tables
 from store.limits import past_limits
 from store.logfmt import logfmt_records
 from store.pathlines import path_lines
+from store.siblings import odd_columns
 from store.terms import WORD
 from store.yamlrecords import yaml_records
 
@@ -229,6 +232,8 @@ def _in_table(header: Sequence[str] | None, rows: list[Row]) -> Iterator[Notable
             yield Notable(kind, name, rows[i][0])
     for name, i in past_limits(header, rows, number):
         yield Notable("over", name, rows[i][0])
+    for name in odd_columns(header, rows, number):  # the one cold sensor of eight
+        yield Notable("odd", name, (name,))
 
 
 def numeric_columns(header: Sequence[str] | None, rows: list[Row],

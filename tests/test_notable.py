@@ -476,3 +476,23 @@ def test_the_one_status_whose_first_word_differs_is_odd_where_shapes_vary_more()
     rejected = next(ln for ln in COMMANDS.splitlines() if "REJECTED" in ln)
     assert notable(COMMANDS) == [Notable("odd", "", (rejected,))]
     assert TAGS["odd"] in asked("What was the only command the spacecraft rejected?")
+
+
+# a propulsion telemetry export: one column per catalyst-bed heater, one of them cold
+def heaters(cold: float) -> str:
+    return "\n".join(["time_utc," + ",".join(f"PROP_CBH_{n}{s}_T" for n in (1, 2, 3, 4)
+                                           for s in "AB") + ",PROP_TANK_OX_P", *(
+        f"2024-06-17T00:{5 * i:02d}:00Z," + ",".join(
+            f"{(cold if (n, s) == (3, 'A') else 120.9) + (i * 7 + n) % 5 * 0.7:.1f}"
+            for n in (1, 2, 3, 4) for s in "AB") + f",{16.8 + i / 100:.2f}"
+        for i in range(8))])
+
+
+def test_the_column_that_reads_apart_from_its_siblings_is_odd() -> None:
+    """"Which catalyst-bed heater reading was the odd one out": `PROP_CBH_3A_T` reads 70
+    where its seven siblings read 120; no row stands out, and the tank pressure is no
+    sibling."""
+    assert Notable("odd", "PROP_CBH_3A_T", ("PROP_CBH_3A_T",)) in notable(heaters(70.6))
+    assert TAGS["odd"] in asked("Which catalyst-bed heater reading was the odd one out?")
+    even = heaters(121.3)  # all eight alike: none
+    assert not [n for n in notable(even) if n.column.startswith("PROP_CBH")]
