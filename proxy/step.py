@@ -183,7 +183,26 @@ def related_of(step: Step, table: RelatedWords | None, min_similarity: float
     if ACRONYM_WEIGHT >= min_similarity:  # "ground power unit" finds GPU-M117
         for letters, phrase in initials(step.query, table.table).items():
             out.setdefault(letters, (phrase, ACRONYM_WEIGHT))
+    if CLIPPED_WEIGHT >= min_similarity:  # "communications" finds `RTU COMMS FAIL`
+        for word in words[:RELATED_WORDS]:
+            for clip in clipped(word.lower(), table.table):
+                out.setdefault(clip, (word, CLIPPED_WEIGHT))
     return out
+
+
+CLIPPED_WEIGHT = 0.6  # a word's clipping ("comms" of "communications"), as a related word
+CLIP_MIN, CLIP_MAX, CLIP_FROM = 4, 6, 10  # a clipping's letters; its word's, at least
+
+
+def clipped(word: str, vocabulary: dict[str, str] | frozenset[str]) -> list[str]:
+    """The clippings a tool output may print `word` by: its first four to six letters
+    where that is no word of its own (`comm`, `config`, `auth`, `perf`; not `port` of
+    "portfolio" nor `pass` of "passenger"), for a known word of `CLIP_FROM` letters or
+    more; its stem matches the clipping and its plural ("comms")."""
+    if len(word) < CLIP_FROM or not word.isalpha() or word not in vocabulary:
+        return []
+    return [word[:n] for n in range(CLIP_MIN, CLIP_MAX + 1)
+            if n <= len(word) - 2 and word[:n] not in vocabulary]
 
 
 def _words_search(index: RelevanceIndex, step: Step, related: Related | None) -> list[Hit]:

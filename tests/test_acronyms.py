@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from proxy.recall import ChunkMeta, select
-from proxy.step import Step, related_of, search
+from proxy.step import CLIPPED_WEIGHT, Step, clipped, related_of, search
 from store.acronyms import WEIGHT, initials
 from store.related import RelatedWords, related_words
 from store.relevance import RelevanceIndex
@@ -97,3 +97,25 @@ def test_an_abbreviation_in_capitals_and_the_next_words_initial_name_a_point() -
     def journal(rel: dict[str, tuple[str, float]]) -> float:
         return next(h.score for h in search(index, question, rel) if h.chunk_id == "journal")
     assert journal(related) > journal(without)  # the point's name counts for it
+
+
+def test_a_long_word_finds_its_clipping_and_a_clipping_that_is_a_word_is_left_alone() -> None:
+    """"The one communications-failure alarm": the journal prints `RTU COMMS FAIL`.
+    A word's first four to six letters stand for it where they are no word of their own
+    ("perf", "config"); "portion" is too short to clip, "port" of "portfolio" a word."""
+    table = related_words().table
+    assert clipped("communications", table) == ["comm", "commu", "commun"]
+    assert "config" in clipped("configuration", table)
+    assert "part" not in clipped("particularly", table)  # a word of its own
+    assert clipped("reported", table) == []  # too short a word to be clipped
+    pumps = "\n".join(f"06/12 0{i}:48:05  HI    PS-07 KINGSRIDGE  P3 FAIL TO START"
+                      for i in range(6))
+    index = index_of({"pumps": pumps, "rtu": "06/12 02:48:05  HI  RTU-OAKVALE-PRV3  RTU COMMS "
+                                            "FAIL (NO POLL RESPONSE 3x)",
+                      "q": "There was one communications failure; which site was it?"})
+    question = Step(index.text("q"), "", frozenset({"q"}), asks=True)
+    related = related_of(question, related_words(), 0.35)
+    assert related["comm"] == ("communications", CLIPPED_WEIGHT)
+    assert search(index, question, related)[0].chunk_id == "rtu"
+    unclipped = {w: r for w, r in related.items() if r[1] != CLIPPED_WEIGHT}
+    assert search(index, question, unclipped)[0].chunk_id == "pumps"  # without them
