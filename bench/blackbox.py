@@ -192,7 +192,8 @@ def _tally(c: Counter[str], missed: list[str], session: str, fact: dict[str, Any
            body: dict[str, Any]) -> None:
     """Whether the forwarded `body` holds `fact`'s answer, counted by its kind."""
     c["asked_" + fact["kind"]] += 1
-    ok = fact["answer"] in orjson.dumps(body["messages"]).decode()
+    # as the wire carries it: an answer with a quote (`11'-4" AFF`) is escaped in JSON
+    ok = orjson.dumps(fact["answer"]).decode()[1:-1] in orjson.dumps(body["messages"]).decode()
     c["kept_" + fact["kind"]] += ok
     if not ok:
         missed.append(f"{session}:{fact['name']}")

@@ -65,3 +65,14 @@ async def test_a_message_that_asks_two_facts_counts_both() -> None:
     for replay in (blackbox.loop, blackbox.cold):
         c, missed = await replay("truncate", one)
         assert sum(c[f"asked_{k}"] for k in ("tool", "user", "constraint")) == 6
+
+
+def test_an_answer_with_a_quote_counts_as_the_wire_carries_it() -> None:
+    """`11'-4" AFF` is `11'-4\\" AFF` in the forwarded JSON: it was counted as lost."""
+    c: Counter[str] = Counter()
+    missed: list[str] = []
+    fact = {"name": "duct", "kind": "tool", "answer": "11'-4\" AFF"}
+    blackbox._tally(c, missed, "s", fact, {"messages": [
+        {"role": "tool", "content": "relocate duct to elevation 11'-4\" AFF (bottom)"}]})
+    blackbox._tally(c, missed, "s", fact, {"messages": [{"role": "user", "content": "hi"}]})
+    assert (c["asked_tool"], c["kept_tool"], missed) == (2, 1, ["s:duct"])
