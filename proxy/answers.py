@@ -13,6 +13,10 @@ words, not the one that repeats them. The others keep their place: the bar they 
 clear ("within `min_relative` of the best") stays the best unboosted score, and RWOE's
 similarity term is BM25's alone.
 
+A question that asks when ("when does the state need our answer?") prefers, the same
+way, a passage where a date written out ("October 17, 2025"; not a log line's ISO stamp,
+which every line of a log holds) sits within three lines of its words (`dated_passages`).
+
 Rare, because a number every passage repeats (a year, "14 business days") is
 formatting, not an answer. A value is three digits or more ("6,098"), or an amount of
 money or a magnitude whatever its digits ("$4.2 million", "€12.5m"). Only for
@@ -41,6 +45,15 @@ OWN_WORDS = re.compile(
     r"noted|wrote|shared|sent|picked|chose|preferred)\b|"
     r"\bmy\s+(?:own\s+)?(?:instructions?|rules?|limits?|constraints?|requests?|"
     r"preferences?)\b", re.I)
+# A question that asks when ("when does the state need our answer", "by what date"):
+# its answer is a date, and a notice or a letter writes one out ("October 17, 2025").
+WHEN = re.compile(r"\bwhen\b|\bwhat (?:date|day)\b|\bdeadline\b|\bdue (?:date|by)\b",
+                  re.I)
+_MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
+          r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
+# a date written out (not a log's ISO stamps, which every line of a log holds)
+WRITTEN_DATE = re.compile(rf"\b{_MONTH}\.? \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}}\b|"
+                          rf"\b\d{{1,2}}(?:st|nd|rd|th)? {_MONTH}\.?,? \d{{4}}\b", re.I)
 BOOST = 2.0  # the score of a passage stating a rare value beside the question's words
 TOP = 64  # the best matches looked at: the answer is among them or not found this way
 NEAR = 3  # lines between a matched word and the value: a record's fields
@@ -52,6 +65,28 @@ ECHO_MAX_DF = 2  # ... each in at most this many evicted passages among the matc
 
 def asks_quantity(words: str) -> bool:
     return QUANTITY.search(words) is not None
+
+
+def asks_when(words: str) -> bool:
+    return WHEN.search(words) is not None
+
+
+def dated_passages(hits: list[Hit], qterms: set[str]) -> frozenset[tuple[str, int]]:
+    """The passages among the first `TOP` of `hits` where a date written out (`WRITTEN_DATE`)
+    sits within `NEAR` lines of one of `qterms`: a question that asks when prefers them,
+    as a question that asks how many prefers a stated value (`stated_passages`)."""
+    out = set()
+    for h in hits[:TOP]:
+        if h.strength >= 1.0 or not WRITTEN_DATE.search(h.text):
+            continue
+        lines = h.text.splitlines()
+        for j, ln in enumerate(lines):
+            if WRITTEN_DATE.search(ln) and any(
+                    not qterms.isdisjoint(text_terms(lines[i]))
+                    for i in range(max(0, j - NEAR), min(len(lines), j + NEAR + 1))):
+                out.add((h.chunk_id, h.piece))
+                break
+    return frozenset(out)
 
 
 def asks_own_words(words: str) -> bool:

@@ -18,6 +18,8 @@ from policies import PolicyContext
 from proxy.answers import (
     asks_own_words,
     asks_quantity,
+    asks_when,
+    dated_passages,
     echoed_passages,
     stated_passages,
     users_passages,
@@ -61,6 +63,9 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
     if rel.step.asks and asks_quantity(rel.step.words):  # proxy/answers.py
         words = set(terms(rel.step.words)).union(*(terms(w) for w in rel.related))
         stated = stated_passages(state.index, rel.hits, words)
+    if rel.step.asks and asks_when(rel.step.words):  # a date written out near its words
+        words = set(terms(rel.step.words)).union(*(terms(w) for w in rel.related))
+        stated |= dated_passages(rel.hits, words)
     if rel.step.asks:  # a row that is the extreme the question names states its answer
         stated |= {(h.chunk_id, h.piece) for h in rel.hits if h.note}
     if rel.step.asks and asks_own_words(rel.step.words):  # "what did I tell you about…"

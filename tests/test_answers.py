@@ -7,6 +7,8 @@ from proxy.answers import (
     BOOST,
     asks_own_words,
     asks_quantity,
+    asks_when,
+    dated_passages,
     echoed_passages,
     stated_passages,
     states_value,
@@ -220,3 +222,26 @@ def test_a_value_the_agent_named_beside_the_questions_words_finds_its_record() -
     assert all(c == "deploys" for c, _ in keys)
     assert "j.ferreira" in texts[0]
     assert echo_session("Who shipped the deploy at 14:02?")[1] == frozenset()
+
+
+# an employer's notice as the agent read it: the claim talked about again and again, the
+# date an answer is due written out once; a log's ISO stamps are no such date
+NOTICE = [
+    "The Employment Security Department has received a claim for unemployment benefits "
+    "from a former employee of yours.",
+    "Questions about this claim notice: call the Employer Hotline, Monday through Friday.",
+    "2025-10-02T09:14:00Z claim-sync unemployment notice fetched for state review",
+    "Response required by October 17, 2025. If we do not receive a timely response, a "
+    "decision will be made based on the information available.",
+]
+
+
+def test_a_when_question_prefers_the_passage_with_a_date_written_out_near_its_words() -> None:
+    idx = RelevanceIndex()
+    for i, text in enumerate(NOTICE):
+        idx.add(f"n{i}", text)
+    q = "When does the state need our response on that unemployment claim notice?"
+    assert asks_when(q) and not asks_when("Which state sent the notice?")
+    hits = idx.search(q)
+    assert [h.chunk_id for h in hits].index("n3") > 0  # BM25 alone: the talk first
+    assert dated_passages(hits, set(idx.query_terms(q))) == {("n3", 0)}
