@@ -90,7 +90,7 @@ WORDS = {
            "anomalous abnormal unusual odd marked missing without empty blank untagged unlabeled "
            "unlabelled broken no different differs differed unlike instead except "
            "rejected denied declined disapproved refused wouldn couldn didn doesn never "
-           "cannot",
+           "cannot waiting awaiting outstanding",
 }
 TAGS = {kind: f"~{kind}" for kind in WORDS}
 _ASKS: dict[str, frozenset[str]] = {}  # a question's word -> the tags it names

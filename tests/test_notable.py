@@ -496,3 +496,15 @@ def test_the_column_that_reads_apart_from_its_siblings_is_odd() -> None:
     assert TAGS["odd"] in asked("Which catalyst-bed heater reading was the odd one out?")
     even = heaters(121.3)  # all eight alike: none
     assert not [n for n in notable(even) if n.column.startswith("PROP_CBH")]
+
+
+def test_what_is_still_waiting_asks_for_the_odd_row_the_empty_cell() -> None:
+    """"Whose file was still waiting on their high school records": the one applicant
+    whose transcript cell is empty where the others read "received <date>"."""
+    rows = [f"CSU26-{100 + i},Applicant {i},Grant HS,Y,Y,received 2025-11-{i + 2:02d},paid"
+            for i in range(7)]
+    rows[3] = "CSU26-103,Anjali Ramaswamy-Ortiz,Bellarmine Prep,Y,Y,,paid"
+    sheet = "\n".join(["app_ref,name,high_school,essay,rec,transcript,fee", *rows])
+    assert Notable("odd", "transcript", (rows[3],)) in notable(sheet)
+    assert TAGS["odd"] in asked("Whose file was still waiting on their high school records?")
+    assert TAGS["odd"] in asked("Which orders are outstanding?")
