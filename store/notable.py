@@ -90,7 +90,7 @@ WORDS = {
            "anomalous abnormal unusual odd marked missing without empty blank untagged unlabeled "
            "unlabelled broken no different differs differed unlike instead except "
            "rejected denied declined disapproved refused wouldn couldn didn doesn never "
-           "cannot waiting awaiting outstanding",
+           "cannot",
 }
 TAGS = {kind: f"~{kind}" for kind in WORDS}
 _ASKS: dict[str, frozenset[str]] = {}  # a question's word -> the tags it names
@@ -115,10 +115,19 @@ _NEW_SUBJECT = re.compile(
     re.IGNORECASE)  # not "issue" or "item": "a different issue from the rest" asks
 
 
+# what is still waiting ("whose file was still waiting on their records", "which orders
+# are outstanding") is the odd row, its cell empty; not what has been waiting the
+# longest, a start's earliest date (store/extremes.py `SINCE_WORDS`)
+WAITING = frozenset("waiting awaiting outstanding".split())
+
+
 def asked(question: str) -> set[str]:
     """The tags `question`'s words name."""
     question = _NEW_SUBJECT.sub(" ", question)
     out: set[str] = {TAGS["lowest"]} if _UNDER.search(question) else set()
+    said = {w.lower() for w in WORD.findall(question)}
+    if said & WAITING and not any(superlative(w) for w in said):
+        out.add(TAGS["odd"])
     if _NOT.search(question):
         out.add(TAGS["odd"])
     if _ADD_UP.search(question):  # "which kit didn't add up": a difference left over
@@ -354,13 +363,13 @@ def tables(text: str) -> list[Table]:
             data = None
         if data is not None:
             records = _records(data, 0)
-            return [] if records is None else [_record_table(records)]
+            return [] if records is None else [_record_table(records, _colon(text))]
     if text.count("\n") < MIN_ROWS - 1:
         return []
     if text.count("\n{") >= MIN_VALUES - 1:
         records = _json_lines(text)
         if records is not None:
-            return [_record_table(records)]
+            return [_record_table(records, _colon(text))]
     if text.count('="') >= 2 * MIN_VALUES:
         records = _xml_elements(text)
         if records is not None:
@@ -389,12 +398,25 @@ def tables(text: str) -> list[Table]:
     return best
 
 
-def _record_table(records: list[dict[str, Any]]) -> Table:
+def _record_table(records: list[dict[str, Any]], colon: str = ": ") -> Table:
+    """`colon`: how the JSON printed a key's colon (`": "`, or `":"` compact)."""
     records = [_flat(r) for r in records]
     keys = list(dict.fromkeys(k for r in records[:20] for k in r))
     key = _id_key(records, keys)
-    return keys, [((orjson.dumps(r[key]).decode(),) if key else (), [r.get(k) for k in keys])
+    return keys, [((_probe(key, r[key], colon),) if key else (), [r.get(k) for k in keys])
                   for r in records]
+
+
+def _colon(text: str) -> str:
+    return ": " if '": ' in text else ":"
+
+
+def _probe(key: str, value: Any, colon: str) -> str:
+    """A record's id as its passage holds it: a text quoted (`"S26-edge"`), a number with
+    its key and the comma after it (`"site": 12,`, which `"site": 1,` is not part of)."""
+    if isinstance(value, str):
+        return orjson.dumps(value).decode()
+    return f'"{key.rsplit(".", 1)[-1]}"{colon}{value},'
 
 
 def _flat(record: dict[str, Any]) -> dict[str, Any]:
@@ -486,12 +508,19 @@ def _records(data: Any, depth: int) -> list[dict[str, Any]] | None:
 
 def _id_key(records: list[dict[str, Any]], keys: list[str]) -> str | None:
     """The first field whose text tells every record apart (an id, a name, a SKU): what
-    the passage holding a record holds, quoted as JSON writes it."""
-    for k in keys:
-        vals = [r.get(k) for r in records]
-        if all(isinstance(v, str) and v for v in vals) and len(set(vals)) == len(vals):
-            return k
+    the passage holding a record holds, quoted as JSON writes it; else the first whose
+    whole numbers (or texts) do (`"site": 12`, `"job_id": 4417902`)."""
+    for named in (True, False):
+        for k in keys:
+            vals = [r.get(k) for r in records]
+            if all(isinstance(v, str) and v or not named and _whole(v) for v in vals) and len(
+                    set(vals)) == len(vals):
+                return k
     return None
+
+
+def _whole(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _blocks(lines: list[str], sep: str) -> Iterator[Table]:

@@ -739,3 +739,17 @@ def test_how_far_one_version_column_is_behind_another_is_a_column_of_its_own() -
     # prices are no versions
     prices = "\n".join(["item,cost,price", *(f"i{k},{k}.50,{k + 3}.25" for k in range(8))])
     assert not [e for e in extremes(tables(prices)) if "versions" in e.column]
+
+
+def test_records_told_apart_by_a_whole_number_place_their_ends_by_key_and_number() -> None:
+    """A metrology export's sites are numbered (`"site": 12`), one named (`"S26-edge"`):
+    the thickest is placed on the passage that prints its site, `"site": 1,` not taken
+    for `"site": 12,`."""
+    sites = [{"site": i, "x_mm": 3.0 * i, "thk_A": 4550.0 + i} for i in range(1, 15)]
+    sites[12] = {"site": "S26-edge", "x_mm": 71.7, "thk_A": 4687.9}
+    sites[0]["thk_A"] = 4401.2
+    text = json.dumps({"tool": "MET04", "sites": sites}, indent=1)
+    found = {e.tag: e for e in extremes(tables(text))}
+    assert found[tag("max", {"thk"})].probes == ('"S26-edge"',)
+    assert found[tag("min", {"thk"})].probes == ('"site": 1,',)
+    assert '"site": 1,' not in text.replace('"site": 1,\n', "")  # no other site holds it
