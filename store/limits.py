@@ -40,6 +40,8 @@ def past_limits(header: Sequence[str] | None, rows: list[Row],
     if header is None:
         return
     names = [str(h) for h in header]
+    if not any(UPPER.search(n) or LOWER.search(n) for n in names):
+        return  # most tables: no header names a limit, no column is read
     numeric = [j for j, _ in enumerate(names)
                if sum(number(c[j]) is not None for _, c in rows if j < len(c)) >= 0.7 * len(rows)]
     bounds = [(j, UPPER.search(names[j]) is not None) for j in numeric

@@ -320,7 +320,8 @@ def _odd_shapes(cells: list[Any]) -> list[int]:
     first five cells tell most columns apart (ids, names, amounts): no shape three times
     among them, no common one. Where shapes differ too often, by the first word
     (`_first_word`): the one REJECTED among VERIFIED and "VERIFIED (late)"."""
-    return _odd_by(cells, _shape) or _odd_by(cells, _first_word)
+    return _odd_by(cells, _shape) or (_odd_by(cells, _first_word) if all(
+        isinstance(c, str) and _LETTERS.match(c.lstrip()) for c in cells[:5]) else [])
 
 
 def _first_word(cell: Any) -> str:

@@ -56,9 +56,12 @@ def _pairs(header: Sequence[Any], rows: list[Row], shape: re.Pattern[str],
            ) -> Iterator[tuple[str, list[tuple[int, float]]]]:
     """The differences between each pair of `shape`d columns, the second mostly the
     greater, named "<first> to <second> <what>"."""
-    shaped = [j for j in range(len(header))
-              if sum(isinstance(c[j], str) and shape.match(c[j]) is not None
-                     for _, c in rows if j < len(c)) >= 0.7 * len(rows)][:MAX_DATED]
+    def shaped_at(j: int, cells: list[Any]) -> bool:
+        return j < len(cells) and isinstance(cells[j], str) and shape.match(cells[j]) is not None
+
+    head = rows[:3]  # a column none of whose first three cells is shaped so is none
+    shaped = [j for j in range(len(header)) if any(shaped_at(j, c) for _, c in head)
+              and sum(shaped_at(j, c) for _, c in rows) >= 0.7 * len(rows)][:MAX_DATED]
     for a, b in combinations(shaped, 2):
         vals = []
         for i, (_, cells) in enumerate(rows):
