@@ -192,17 +192,20 @@ def related_of(step: Step, table: RelatedWords | None, min_similarity: float
 
 CLIPPED_WEIGHT = 0.6  # a word's clipping ("comms" of "communications"), as a related word
 CLIP_MIN, CLIP_MAX, CLIP_FROM = 4, 6, 10  # a clipping's letters; its word's, at least
+# words of their own the related words' vocabulary lacks ("passengers" is no `PASS`)
+NOT_CLIPPINGS = frozenset("pass port form".split())
 
 
 def clipped(word: str, vocabulary: dict[str, str] | frozenset[str]) -> list[str]:
     """The clippings a tool output may print `word` by: its first four to six letters
-    where that is no word of its own (`comm`, `config`, `auth`, `perf`; not `port` of
-    "portfolio" nor `pass` of "passenger"), for a known word of `CLIP_FROM` letters or
-    more; its stem matches the clipping and its plural ("comms")."""
+    where that is no word of its own (`comm`, `config`, `auth`, `perf`; not `part` of
+    "particularly", a word of the vocabulary, nor `NOT_CLIPPINGS`), for a known word of
+    `CLIP_FROM` letters or more ("reported" is no `repo`); its stem matches the clipping
+    and its plural ("comms")."""
     if len(word) < CLIP_FROM or not word.isalpha() or word not in vocabulary:
         return []
-    return [word[:n] for n in range(CLIP_MIN, CLIP_MAX + 1)
-            if n <= len(word) - 2 and word[:n] not in vocabulary]
+    return [word[:n] for n in range(CLIP_MIN, CLIP_MAX + 1) if n <= len(word) - 2
+            and word[:n] not in vocabulary and word[:n] not in NOT_CLIPPINGS]
 
 
 def _words_search(index: RelevanceIndex, step: Step, related: Related | None) -> list[Hit]:

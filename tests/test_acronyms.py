@@ -107,6 +107,7 @@ def test_a_long_word_finds_its_clipping_and_a_clipping_that_is_a_word_is_left_al
     assert clipped("communications", table) == ["comm", "commu", "commun"]
     assert "config" in clipped("configuration", table)
     assert "part" not in clipped("particularly", table)  # a word of its own
+    assert "pass" not in clipped("passengers", table)
     assert clipped("reported", table) == []  # too short a word to be clipped
     pumps = "\n".join(f"06/12 0{i}:48:05  HI    PS-07 KINGSRIDGE  P3 FAIL TO START"
                       for i in range(6))
