@@ -234,8 +234,10 @@ _PROSE_SPAN = re.compile(
 _ANY_SPAN = re.compile(r"\d\s?[mshu]")  # may be one (3x as quick)
 _STAMP = re.compile(r"\[\d+(?:\.\d+)?s\]")  # a log line's uptime stamp (`[86145.812s]`)
 # a run's summary, whose time is the sum of the lines' (`Finished running 62 models in
-# ... (2083.04s)`, `=== 126 passed in 616.65s ===`, `Total delay = 7.38s`)
-_TOTAL = re.compile(r"^\s*[=*#-]{3}|\b(?:total|finished|summary|overall|elapsed)\b",
+# ... (2083.04s)`, `=== 126 passed in 616.65s ===`, `38 passed in 61.02s (0:01:01)`,
+# `Total delay = 7.38s`)
+_TOTAL = re.compile(r"^\s*[=*#-]{3}|\b(?:total|finished|summary|overall|elapsed)\b|"
+                    r"\b\d+ (?:passed|failed)\b",  # pytest's `38 passed in 61.02s`
                     re.IGNORECASE)
 _SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 TIMED = "duration time"  # the column a log's timed lines make (`timed_lines`)
@@ -264,8 +266,8 @@ def timed_lines(text: str) -> list[End]:
     by_line: dict[int, list[re.Match[str]]] = {}  # a line's start -> its durations
     for m in _PROSE_SPAN.finditer(bare):
         by_line.setdefault(bare.rfind("\n", 0, m.start()) + 1, []).append(m)
-    rows = sorted((_seconds(found[0]), start, found[0].group(0))
-                  for start, found in by_line.items() if len(found) == 1)
+    rows = sorted((_seconds(own), start, own.group(0)) for start, found in by_line.items()
+                  if (own := _own(bare, found)) is not None)
     if len(rows) < MIN_TIMED:
         return []
     cterms = column_terms(TIMED)
@@ -275,10 +277,44 @@ def timed_lines(text: str) -> list[End]:
                              for line in (_line(text, start),) if not _TOTAL.search(line)), 2))
         if len(ends_) == 2 and ends_[0][0] != ends_[1][0]:
             _, line, token = ends_[0]
-            probe = line.strip()
-            out.append(End(tag(side, cterms), TIMED,
-                           (probe if len(probe) <= PROBE_CHARS else _around(line, token),)))
+            out.append(End(tag(side, cterms), TIMED, (_probe(line, token),)))
+            opened = _opened(text, line)  # the request's first line: what it was for
+            if opened is not None:
+                out.append(End(tag(side, cterms), TIMED, (opened,)))
     return out
+
+
+def _own(text: str, found: list[re.Match[str]]) -> re.Match[str] | None:
+    """A line's own duration: its one, or its first where the others follow it in
+    brackets as its parts, two at least (Rails' `Completed 200 OK in 20004ms (Views:
+    2306.3ms | ActiveRecord: 1933.4ms …)`); None for a line of two durations side by side
+    (a run's and a step's) or a run's time and its clock (`38 passed in 61.02s
+    (0:01:01)`)."""
+    if len(found) == 1:
+        return found[0]
+    return found[0] if len(found) >= 3 and "(" in text[found[0].end():found[1].start()] else None
+
+
+def _probe(line: str, token: str) -> str:
+    probe = line.strip()
+    return probe if len(probe) <= PROBE_CHARS else _around(line, token)
+
+
+# a request's id as a log tags each of its lines (`[530c45ff-dd54-4e40-967f-021c98609d1e]`)
+_REQUEST_ID = re.compile(r"\[([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|"
+                         r"[0-9a-f]{16,})\]")
+
+
+def _opened(text: str, line: str) -> str | None:
+    """The id of the request `line` ends, where the log tags its lines with it and its
+    first line is another: the first passage holding the id holds Rails' `Started GET
+    "/api/v2/…"` of the `Completed … in 20004ms` line, the endpoint the slowest request
+    was for."""
+    m = _REQUEST_ID.search(line)
+    if m is None:
+        return None
+    at = text.find(m.group(0))
+    return None if _line(text, text.rfind("\n", 0, at) + 1) == line else m.group(0)
 
 
 def _line(text: str, start: int) -> str:

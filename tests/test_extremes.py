@@ -753,3 +753,27 @@ def test_records_told_apart_by_a_whole_number_place_their_ends_by_key_and_number
     assert found[tag("max", {"thk"})].probes == ('"S26-edge"',)
     assert found[tag("min", {"thk"})].probes == ('"site": 1,',)
     assert '"site": 1,' not in text.replace('"site": 1,\n', "")  # no other site holds it
+
+
+def test_the_slowest_request_of_a_rails_log_brings_the_line_that_names_its_endpoint() -> None:
+    """`Completed 200 OK in 20004ms (Views: … | ActiveRecord: …)` is the slowest line: its
+    own time first, its parts in brackets. Its `Started GET "/api/…"` line, tagged with
+    the same request id, is where the endpoint is: the first passage holding the id."""
+    ids = [f"{i:08x}-dd54-4e40-967f-021c98609d1e" for i in range(7)]
+    paths = ["/api/v2/invoices", "/webhooks/stripe", "/api/v2/invoices/bulk_export",
+             "/settings/billing", "/reports/revenue", "/health", "/api/v2/customers"]
+    took = [98, 134, 20004, 110, 742, 3, 501]
+    log = "\n".join(
+        f"I, [2024-03-11T23:02:{i:02d}.976000 #9027]  INFO -- : [{rid}] {msg}"
+        for i, (rid, path, ms) in enumerate(zip(ids, paths, took, strict=True))
+        for msg in (f'Started GET "{path}" for 10.20.3.14', "Processing by Api#index as JSON",
+                    f"Completed 200 OK in {ms}ms (Views: {ms / 9:.1f}ms | ActiveRecord: "
+                    f"{ms / 11:.1f}ms | Allocations: 110324)"))
+    found = [e for e in timed_lines(log) if e.tag == tag("max", column_terms("duration time"))]
+    assert found[0].probes[0].endswith("Completed 200 OK in 20004ms")
+    assert found[1].probes == (f"[{ids[2]}]",)
+    # a run's summary is no row, nor a line of two times side by side
+    runs = "\n".join([*(f"{s}.0{i}s call     tests/test_a.py::test_{i}" for i, s in
+                        enumerate([3, 23, 1, 2, 5, 4])), "38 passed in 61.02s (0:01:01)"])
+    top = next(e for e in timed_lines(runs) if e.tag == tag("max", column_terms("duration time")))
+    assert top.probes == ("23.01s call     tests/test_a.py::test_1",)
