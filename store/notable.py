@@ -117,16 +117,18 @@ _NEW_SUBJECT = re.compile(
 
 # what is still waiting ("whose file was still waiting on their records", "which orders
 # are outstanding") is the odd row, its cell empty; not what has been waiting the
-# longest, a start's earliest date (store/extremes.py `SINCE_WORDS`)
-WAITING = frozenset("waiting awaiting outstanding".split())
+# longest, a start's earliest date (store/extremes.py `SINCE_WORDS`), nor "how long were
+# players waiting", a duration
+_STILL = re.compile(r"\bstill\s+(?:waiting|pending)\b|\bawaiting\b|\boutstanding\b",
+                    re.IGNORECASE)
 
 
 def asked(question: str) -> set[str]:
     """The tags `question`'s words name."""
     question = _NEW_SUBJECT.sub(" ", question)
     out: set[str] = {TAGS["lowest"]} if _UNDER.search(question) else set()
-    said = {w.lower() for w in WORD.findall(question)}
-    if said & WAITING and not any(superlative(w) for w in said):
+    if _STILL.search(question) and not any(superlative(w.lower())
+                                           for w in WORD.findall(question)):
         out.add(TAGS["odd"])
     if _NOT.search(question):
         out.add(TAGS["odd"])

@@ -508,5 +508,7 @@ def test_what_is_still_waiting_asks_for_the_odd_row_the_empty_cell() -> None:
     assert Notable("odd", "transcript", (rows[3],)) in notable(sheet)
     assert TAGS["odd"] in asked("Whose file was still waiting on their high school records?")
     assert TAGS["odd"] in asked("Which orders are outstanding?")
-    # what has been waiting the longest is a start's earliest date, no odd row
+    # what has been waiting the longest is a start's earliest date, no odd row; how long
+    # someone waited is a duration
     assert TAGS["odd"] not in asked("Which ticket has been waiting the longest?")
+    assert TAGS["odd"] not in asked("How long were ranked players waiting, at p95?")
