@@ -18,7 +18,9 @@ terms it holds (`asked_columns`). "Most" or "top" alone names no row: with a col
 words it does. A superlative whose end depends on the column ("the slowest", "the
 worst", "the oldest") names both ends. Dates count as their day (`2024-05-20`), so
 "the earliest" and "the latest" find them, and what "has been waiting the longest" is
-the earliest of a start's dates (`opened`, `created`: `SINCE_WORDS`).
+the earliest of a start's dates (`opened`, `created`: `SINCE_WORDS`). What expires
+first, or has already lapsed (`LAPSED`), is the earliest of a validity's ends
+(`not_after`, `coi_expires`, `BOSIET exp`: `EXPIRY`).
 """
 
 from __future__ import annotations
@@ -123,8 +125,11 @@ _BIG_ONE = re.compile(r"\bthe big ones?\b", re.IGNORECASE)  # "which invoice was
 EXPIRING = frozenset(terms("expires expiry expiration"))
 SOON_WORDS = frozenset("first soonest sooner next closest nearest earliest".split())
 LATE_WORDS = frozenset("last latest furthest farthest".split())
-EXPIRY = re.compile(r"not_?after|valid_?(?:to|until|thru|through)|expir|^exp(?:_|$)",
-                    re.IGNORECASE)
+EXPIRY = re.compile(r"not_?after|valid_?(?:to|until|thru|through)|expir|"
+                    r"(?:^|[\s_])exp(?:[\s_.]|$)", re.IGNORECASE)  # `BOSIET exp`
+# what has already lapsed is a validity's earliest end ("whose survival certificate has
+# already lapsed", "which vendor's insurance had already run out")
+LAPSED = re.compile(r"\b(?:lapsed|expired|run out|ran out|out of date)\b", re.IGNORECASE)
 
 
 def ends(question: str) -> frozenset[str]:
@@ -133,6 +138,8 @@ def ends(question: str) -> frozenset[str]:
     words = WORD.findall(question)
     said = {w.lower() for w in words}
     timed: frozenset[str] = frozenset()  # "soonest" of an expiry names its end alone
+    if LAPSED.search(question):
+        out.add("min")
     if not EXPIRING.isdisjoint(terms(question)):
         timed = SOON_WORDS | LATE_WORDS
         out |= ({"min"} if said & SOON_WORDS else set()) | (
@@ -458,6 +465,8 @@ def asked_columns(question: str, columns: dict[str, frozenset[str]],
         return {}
     said = {w.lower() for w in WORD.findall(question)}
     words = set(terms(question)) | said  # its stems, and its words ("cover" for `Cover`)
+    if LAPSED.search(question):  # "already lapsed" names a validity's end
+        words |= EXPIRING
     paired = pair_initials(question)  # "service level" for `sl_pct`
     trade = idioms()
     # "the highest reading" names a measurement, unless a word says which ("the driest")

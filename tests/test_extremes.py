@@ -777,3 +777,27 @@ def test_the_slowest_request_of_a_rails_log_brings_the_line_that_names_its_endpo
                         enumerate([3, 23, 1, 2, 5, 4])), "38 passed in 61.02s (0:01:01)"])
     top = next(e for e in timed_lines(runs) if e.tag == tag("max", column_terms("duration time")))
     assert top.probes == ("23.01s call     tests/test_a.py::test_1",)
+
+
+def test_what_has_already_lapsed_is_the_earliest_end_of_a_validity_column() -> None:
+    """"Who on the personnel list has a survival certificate that's already lapsed?":
+    the earliest `BOSIET exp`; "had already run out" the earliest `coi_expires`."""
+    crew = "\n".join(["Bed  Name             BOSIET exp  Medical exp", *(
+        f"{i:03d}  {n:<15}  {b}  {m}" for i, (n, b, m) in enumerate([
+            ("Sakura Docherty", "2025-12-04", "2026-07-14"),
+            ("Kwame Okafor", "2027-06-25", "2026-08-30"),
+            ("Jonas Feld", "2024-11-03", "2025-07-24"),
+            ("Noor Kerr", "2028-07-08", "2025-12-13"),
+            ("Elif Volkov", "2025-05-02", "2025-06-11"),
+            ("Fiona de Vries", "2025-11-13", "2026-05-06")]))])
+    found = {e.tag: e for e in extremes(tables(crew))}
+    lapsed = found[tag("min", column_terms("BOSIET exp"))]
+    assert "Jonas Feld" in lapsed.probes[0]
+    columns = {t: column_terms(e.column) for t, e in found.items()}
+    asked = asked_columns("Who on the personnel list has a survival certificate that's "
+                          "already lapsed?", columns)
+    assert lapsed.tag in asked and not any(t.startswith("~max") for t in asked)
+    assert asked_columns("Which vendor's insurance had already run out?",
+                         {tag("min", column_terms("coi_expires")):
+                          column_terms("coi_expires")})
+    assert "min" in ends("whose cert has expired") and ends("who is on the list") == set()
