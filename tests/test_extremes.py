@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -745,7 +746,8 @@ def test_records_told_apart_by_a_whole_number_place_their_ends_by_key_and_number
     """A metrology export's sites are numbered (`"site": 12`), one named (`"S26-edge"`):
     the thickest is placed on the passage that prints its site, `"site": 1,` not taken
     for `"site": 12,`."""
-    sites = [{"site": i, "x_mm": 3.0 * i, "thk_A": 4550.0 + i} for i in range(1, 15)]
+    sites: list[dict[str, Any]] = [{"site": i, "x_mm": 3.0 * i, "thk_A": 4550.0 + i}
+                                   for i in range(1, 15)]
     sites[12] = {"site": "S26-edge", "x_mm": 71.7, "thk_A": 4687.9}
     sites[0]["thk_A"] = 4401.2
     text = json.dumps({"tool": "MET04", "sites": sites}, indent=1)
