@@ -20,8 +20,7 @@ them when they are two at most.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 UPPER = re.compile(r"(?:^|[^a-z])(?:ucl|usl|upper|max|maximum|limit|lim|threshold|thr|quota|"
                    r"cap|ceiling|allowance|allowed|budget)(?:$|[^a-z])", re.I)
@@ -30,40 +29,28 @@ VALUE = re.compile(r"(?:^|[^a-z])(?:value|val|actual|measured|measurement|readin
                    r"current|observed|result)(?:$|[^a-z])", re.I)
 ALONE = 2  # past their limits: at most this many rows are all notable, else the first and last
 
-Row = tuple[tuple[str, ...], list[Any]]
 
-
-def past_limits(header: Sequence[str] | None, rows: list[Row],
-                number: Callable[[Any], float | None]) -> Iterator[tuple[str, int]]:
+def past_limits(numeric: Sequence[tuple[str, list[tuple[int, float]]]]
+                ) -> Iterator[tuple[str, int]]:
     """(the bounded column's header, row) of the rows whose value passes a limit of their
-    own row: the first and the last, or all when `ALONE` at most."""
-    if header is None:
+    own row: the first and the last, or all when `ALONE` at most. `numeric`: a table's
+    numeric columns, (header, [(row, value)]) (store/notable.py `numeric_columns`)."""
+    if not any(UPPER.search(name) or LOWER.search(name) for name, _ in numeric):
+        return  # most tables: no header names a limit
+    bounds = [(dict(vals), UPPER.search(name) is not None) for name, vals in numeric
+              if UPPER.search(name) or LOWER.search(name)]
+    plain = [(name, vals) for name, vals in numeric
+             if not UPPER.search(name) and not LOWER.search(name)]
+    first_bound = next(i for i, (name, _) in enumerate(numeric)
+                       if UPPER.search(name) or LOWER.search(name))
+    named = [c for c in plain if VALUE.search(c[0])]
+    left = [c for c in plain if numeric.index(c) < first_bound]
+    column = named[0] if named else (left[-1] if left else None)
+    if column is None:
         return
-    names = [str(h) for h in header]
-    if not any(UPPER.search(n) or LOWER.search(n) for n in names):
-        return  # most tables: no header names a limit, no column is read
-    numeric = [j for j, _ in enumerate(names)
-               if sum(number(c[j]) is not None for _, c in rows if j < len(c)) >= 0.7 * len(rows)]
-    bounds = [(j, UPPER.search(names[j]) is not None) for j in numeric
-              if UPPER.search(names[j]) or LOWER.search(names[j])]
-    if not bounds:
-        return
-    plain = [j for j in numeric if not UPPER.search(names[j]) and not LOWER.search(names[j])]
-    named = [j for j in plain if VALUE.search(names[j])]
-    left = [j for j in plain if j < bounds[0][0]]
-    value = named[0] if named else (left[-1] if left else None)
-    if value is None:
-        return
-    past: list[int] = []
-    for i, (_, cells) in enumerate(rows):
-        v = number(cells[value]) if value < len(cells) else None
-        if v is None:
-            continue
-        for j, upper in bounds:
-            limit = number(cells[j]) if j < len(cells) else None
-            if limit is not None and (v > limit if upper else v < limit):
-                past.append(i)
-                break
-    chosen = past if len(past) <= ALONE else [past[0], past[-1]]
-    for i in chosen:
-        yield names[value], i
+    name, vals = column
+    past = [i for i, v in vals
+            if any((limit := bound.get(i)) is not None and (v > limit if upper else v < limit)
+                   for bound, upper in bounds)]
+    for i in past if len(past) <= ALONE else [past[0], past[-1]]:
+        yield name, i

@@ -238,12 +238,15 @@ def _in_table(header: Sequence[str] | None, rows: list[Row]) -> Iterator[Notable
         name = str(header[j]) if header is not None and j < len(header) else ""
         for i in _odd_shapes([cells[j] if j < len(cells) else None for _, cells in rows]):
             yield Notable("odd", name, rows[i][0])
-    for name, vals in numeric_columns(header, rows):
+    numeric = list(numeric_columns(header, rows))
+    for name, vals in numeric:
         for kind, i in _odd(vals):
             yield Notable(kind, name, rows[i][0])
-    for name, i in past_limits(header, rows, number):
+    if header is None:  # limits and siblings are named by a header
+        return
+    for name, i in past_limits(numeric):
         yield Notable("over", name, rows[i][0])
-    for name in odd_columns(header, rows, number):  # the one cold sensor of eight
+    for name in odd_columns(numeric):  # the one cold sensor of eight
         yield Notable("odd", name, (name,))
 
 

@@ -16,31 +16,22 @@ and twice as far as any other, is `odd`, on the passage that first names it (the
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from statistics import median
-from typing import Any
 
 MIN_SIBLINGS = 4
 SPREAD = 8  # as store/notable.py's for a value in its column
 _NUMBERED = re.compile(r"\d+[A-Za-z]?(?=[_\W]|$)")
 
-Row = tuple[tuple[str, ...], list[Any]]
 
-
-def odd_columns(header: Sequence[Any] | None, rows: list[Row],
-                number: Callable[[Any], float | None]) -> Iterator[str]:
-    """The name of each column that reads apart from its siblings (see the module)."""
-    if header is None:
-        return
+def odd_columns(numeric: Sequence[tuple[str, list[tuple[int, float]]]]) -> Iterator[str]:
+    """The name of each column that reads apart from its siblings (see the module);
+    `numeric`: a table's numeric columns (store/notable.py `numeric_columns`)."""
     families: dict[str, list[tuple[str, float]]] = {}
-    for j, name in enumerate(str(h) for h in header):
+    for name, vals in numeric:
         key = _NUMBERED.sub("#", name)
-        if key == name:
-            continue
-        vals = [v for _, cells in rows if j < len(cells)
-                for v in (number(cells[j]),) if v is not None]
-        if len(vals) >= 0.7 * len(rows) and vals:
-            families.setdefault(key, []).append((name, median(vals)))
+        if key != name:
+            families.setdefault(key, []).append((name, median(v for _, v in vals)))
     for members in families.values():
         if len(members) < MIN_SIBLINGS:
             continue
