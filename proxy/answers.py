@@ -75,18 +75,9 @@ def dated_passages(hits: list[Hit], qterms: set[str]) -> frozenset[tuple[str, in
     """The passages among the first `TOP` of `hits` where a date written out (`WRITTEN_DATE`)
     sits within `NEAR` lines of one of `qterms`: a question that asks when prefers them,
     as a question that asks how many prefers a stated value (`stated_passages`)."""
-    out = set()
-    for h in hits[:TOP]:
-        if h.strength >= 1.0 or not WRITTEN_DATE.search(h.text):
-            continue
-        lines = h.text.splitlines()
-        for j, ln in enumerate(lines):
-            if WRITTEN_DATE.search(ln) and any(
-                    not qterms.isdisjoint(text_terms(lines[i]))
-                    for i in range(max(0, j - NEAR), min(len(lines), j + NEAR + 1))):
-                out.add((h.chunk_id, h.piece))
-                break
-    return frozenset(out)
+    return frozenset((h.chunk_id, h.piece) for h in hits[:TOP]
+                     if h.strength < 1.0 and WRITTEN_DATE.search(h.text)
+                     and _near(h.text, qterms, lambda ln: WRITTEN_DATE.search(ln) is not None))
 
 
 def asks_own_words(words: str) -> bool:
@@ -138,13 +129,17 @@ def states_value(index: RelevanceIndex, text: str, qterms: set[str]) -> bool:
     """A line of `text` holds a rare value (`MIN_DIGITS`, `MAX_DF`) and a line at most
     `NEAR` away from it holds one of `qterms`. Values are looked for first: most
     passages hold none, and a line's terms cost more than its digits."""
+    return _near(text, qterms, lambda ln: _rare_number(index, ln) or _rare_amount(index, ln))
+
+
+def _near(text: str, qterms: set[str], holds: Callable[[str], bool]) -> bool:
+    """A line of `text` `holds` what is asked for, and a line at most `NEAR` away from it
+    holds one of `qterms` (the line itself is looked at first: most lines hold none)."""
     lines = text.splitlines()
     for j, ln in enumerate(lines):
-        if not (_rare_number(index, ln) or _rare_amount(index, ln)):
-            continue
-        for i in range(max(0, j - NEAR), min(len(lines), j + NEAR + 1)):
-            if not qterms.isdisjoint(text_terms(lines[i])):
-                return True
+        if holds(ln) and any(not qterms.isdisjoint(text_terms(lines[i]))
+                             for i in range(max(0, j - NEAR), min(len(lines), j + NEAR + 1))):
+            return True
     return False
 
 
