@@ -1,4 +1,4 @@
-"""Facts kept on workloads written apart: thirteen sets of black-box sessions.
+"""Facts kept on workloads written apart: fourteen sets of black-box sessions.
 
 Each was written by a helper that saw none of ctxwarden's code or benches, with a
 generator of its own (one-offs, not kept; the sessions are kept as data):
@@ -130,6 +130,18 @@ generator of its own (one-offs, not kept; the sessions are kept as data):
   asking two (its writer's request indices were shifted by one to this format's).
   Measured before it was read, on that morning's code: RWOE kept 116 / 117 of 144 back
   to back / cold; mask 116 / 118.
+- *fourteenth* (`tests/data/blackbox14-sessions.json.gz`, 2026-12-07, measured first):
+  six more domains (a coding agent in an Elixir/Phoenix billing app, a Ceph storage
+  cluster on call, a ferry operator's operations desk, a museum's collections and loans
+  office, a regional blood centre, a ski resort's mountain operations), two sessions
+  each; 12 sessions of 99-104 messages (~47-65k tokens, 36-39 tool outputs each: mix and
+  ExUnit output, Oban job tables, Phoenix logs, `ceph osd df` and `ceph health detail`,
+  PG dumps, orchestrator listings, marine forecasts, crew rest hours, fare tables,
+  condition reports, loan agreements, stock levels, issue queues, avalanche control
+  logs, lift status boards), 144 facts (96 tool, 24 user, 24 constraint, ten in the
+  system prompt), each asked 38 or more messages later, a third of the asking messages
+  asking two. Measured before it was read, on that morning's code: RWOE kept 118 / 120
+  of 144 back to back / cold; mask 118 / 116, lru 116 / 112, truncate 117 / 116.
 Questions name neither the answer nor, where avoidable, its label.
 
 Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every
@@ -178,7 +190,8 @@ SETS = {"first": _DIR / "blackbox-sessions.json.gz",
         "tenth": _DIR / "blackbox10-sessions.json.gz",
         "eleventh": _DIR / "blackbox11-sessions.json.gz",
         "twelfth": _DIR / "blackbox12-sessions.json.gz",
-        "thirteenth": _DIR / "blackbox13-sessions.json.gz"}
+        "thirteenth": _DIR / "blackbox13-sessions.json.gz",
+        "fourteenth": _DIR / "blackbox14-sessions.json.gz"}
 DATA = SETS["first"]
 PACED = ("rwoe", "mask")
 
