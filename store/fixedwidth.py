@@ -46,6 +46,7 @@ def fixed_tables(lines: list[str]) -> Iterator[Aligned]:
             if not _RULE.match(lines[j]):
                 body.append(lines[j])
             j += 1
+        body = _rows(body)
         table = _read(lines[i], body) if len(body) >= MIN_ROWS else None
         if table is None:  # a title line over the header: the header may be next
             i += 1
@@ -67,7 +68,7 @@ def _header(line: str) -> list[str] | None:
 def _read(head: str, body: list[str]) -> Aligned | None:
     width = max(len(head), *(len(b) for b in body))
     ink = bytearray(width)
-    for line in (head, *body):
+    for line in (head, *_alike(body)):
         for m in _INK.finditer(line):
             ink[m.start():m.end()] = b"\x01" * (m.end() - m.start())
     spans = [(m.start(), m.end()) for m in _COLUMN.finditer(bytes(ink))]
@@ -95,3 +96,32 @@ def _read(head: str, body: list[str]) -> Aligned | None:
             cells = split if len(split) == len(cols) else cells
         rows.append(((line.strip(),), cells))
     return [n for _, _, n in cols], rows
+
+
+_SUMMARY = re.compile(r"\b(?:total|totals|sum|avg|average|mean|min|max|stddev|overall)\b",
+                      re.IGNORECASE)
+
+
+def _rows(body: list[str]) -> list[str]:
+    """`body` less the summary lines under its rows (`TOTAL  1.7 PiB …`, `MIN/MAX VAR:
+    0.86/1.12  STDDEV: 4.19`): split unlike the rows, they would read as the column's
+    ends."""
+    counts = [len(_RUNS.split(line.strip())) for line in body]
+    if not counts:
+        return body
+    common = max(set(counts), key=lambda n: (counts.count(n), n))
+    end = len(body)
+    while end > 0 and counts[end - 1] != common and _SUMMARY.search(body[end - 1]):
+        end -= 1
+    return body[:end]
+
+
+def _alike(body: list[str]) -> list[str]:
+    """The rows that say where the columns are: those split at runs of two spaces into
+    the commonest number of cells, where they are most rows. A summary under the rows
+    (`TOTAL  1.7 PiB  1.2 PiB …`, `MIN/MAX VAR: 0.86/1.12  STDDEV: 4.19`) prints across
+    the columns' gaps and would join them all into one."""
+    counts = [len(_RUNS.split(line.strip())) for line in body]
+    common = max(set(counts), key=lambda n: (counts.count(n), n))
+    alike = [line for line, n in zip(body, counts, strict=True) if n == common]
+    return alike if len(alike) * 2 > len(body) else body

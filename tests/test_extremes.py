@@ -85,6 +85,29 @@ def test_a_row_padded_unlike_the_rest_is_read_as_printed() -> None:
     assert {e.tag: e.probes[0] for e in found}[tag("min", {"open"})].startswith("RFI-0147")
 
 
+def test_a_summary_under_an_aligned_table_is_no_row_and_joins_no_columns() -> None:
+    """`ceph osd df` prints its rows right-aligned, then a TOTAL line and a MIN/MAX line
+    that print across the columns' gaps: read into the columns' stretches, they joined
+    them all and cut every value in two, so the fullest disk was not the `%USE` top."""
+    use = [78.11, 66.49, 68.53, 84.37, 74.29, 64.71, 69.86]
+    lines = ["ID  CLASS    WEIGHT  REWEIGHT      SIZE   RAW USE     AVAIL   %USE   VAR  PGS  "
+             "STATUS",
+             "---  -----  --------  --------  --------  --------  -------  -----  ----  ---  "
+             "------",
+             *(f"{i:>3}    hdd  14.55269   1.00000  14.6 TiB  {u * 0.146:>5.1f} TiB  "
+               f"{14.6 - u * 0.146:>4.1f} TiB  {u:>5.2f}  {u / 71:.2f}  {90 + i:>3}  up"
+               for i, u in enumerate(use)),
+             "                       TOTAL  102 TiB   75.0 TiB  27.2 TiB  73.77",
+             "MIN/MAX VAR: 0.87/1.19  STDDEV: 6.51"]
+    ((header, rows),) = list(fixed_tables(lines))
+    assert header == ["ID", "CLASS", "WEIGHT", "REWEIGHT", "SIZE", "RAW USE", "AVAIL", "%USE",
+                      "VAR", "PGS", "STATUS"]
+    assert len(rows) == len(use)  # the two summary lines are no rows
+    assert rows[3][1][5:8] == ["12.3 TiB", "2.3 TiB", "84.37"]
+    top = {e.tag: e.probes[0] for e in extremes(tables("\n".join(lines)))}
+    assert top[tag("max", column_terms("%USE"))].startswith("3    hdd")
+
+
 @pytest.mark.parametrize("text", [
     "EDC query listing  |  study VRX-201  |  snapshot: 2024-05-20\n" + "a  b  c\n" * 3,
     "12   40   7\n" + "1   2   3\n" * 6,  # values, no header
