@@ -68,7 +68,7 @@ def _header(line: str) -> list[str] | None:
 def _read(head: str, body: list[str]) -> Aligned | None:
     width = max(len(head), *(len(b) for b in body))
     ink = bytearray(width)
-    for line in (head, *_alike(body)):
+    for line in (head, *body):
         for m in _INK.finditer(line):
             ink[m.start():m.end()] = b"\x01" * (m.end() - m.start())
     spans = [(m.start(), m.end()) for m in _COLUMN.finditer(bytes(ink))]
@@ -88,13 +88,23 @@ def _read(head: str, body: list[str]) -> Aligned | None:
     if len(cols) < 3 or sum(1 for _, _, n in cols if n) < 3:
         return None
     rows: list[tuple[tuple[str, ...], list[Any]]] = []
-    for line in body:
+    splits = [_RUNS.split(line.strip()) for line in body]
+    full = [k for k, split in enumerate(splits) if len(split) == len(cols)]
+    apart = 0  # rows with a cell for each column where their runs and positions disagree
+    for k, line in enumerate(body):
         cells = [line[a:b].strip() for a, b, _ in cols]
         if any(0 < b < len(line) and not line[b - 1].isspace() and not line[b].isspace()
                for _, b, _ in cols[:-1]):  # a column's end cuts a value: padded unlike
-            split = _RUNS.split(line.strip())  # the rest; read as printed, if it can be
+            split = splits[k]  # the rest; read as printed, if it can be
             cells = split if len(split) == len(cols) else cells
+        apart += len(splits[k]) == len(cols) and cells != splits[k]
         rows.append(((line.strip(),), cells))
+    if len(full) * 2 > len(body) and apart * 2 > len(full):
+        # the header does not stand over its columns (names right-aligned over numbers,
+        # a time column with no name, a header padded unlike its rows): where most rows
+        # print a cell for each column, runs of two spaces read them as printed
+        for k in full:
+            rows[k] = (rows[k][0], splits[k])
     return [n for _, _, n in cols], rows
 
 
@@ -115,13 +125,3 @@ def _rows(body: list[str]) -> list[str]:
         end -= 1
     return body[:end]
 
-
-def _alike(body: list[str]) -> list[str]:
-    """The rows that say where the columns are: those split at runs of two spaces into
-    the commonest number of cells, where they are most rows. A summary under the rows
-    (`TOTAL  1.7 PiB  1.2 PiB …`, `MIN/MAX VAR: 0.86/1.12  STDDEV: 4.19`) prints across
-    the columns' gaps and would join them all into one."""
-    counts = [len(_RUNS.split(line.strip())) for line in body]
-    common = max(set(counts), key=lambda n: (counts.count(n), n))
-    alike = [line for line, n in zip(body, counts, strict=True) if n == common]
-    return alike if len(alike) * 2 > len(body) else body

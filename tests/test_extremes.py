@@ -108,6 +108,27 @@ def test_a_summary_under_an_aligned_table_is_no_row_and_joins_no_columns() -> No
     assert top[tag("max", column_terms("%USE"))].startswith("3    hdd")
 
 
+def test_a_header_that_stands_apart_from_its_columns_is_read_as_printed() -> None:
+    """`sar -u` names no time column and right-aligns its names over the numbers: read
+    by position, `%user` and `%nice` came out one cell. Where most rows print a cell for
+    each column and their positions disagree, their runs of two spaces are read; a note
+    column empty in most rows still comes out whole from the row that has it."""
+    idle = [37.11, 64.91, 30.0, 54.79, 47.8, 28.83]
+    lines = ["                CPU     %user     %nice   %system   %iowait    %steal     %idle",
+             *(f"09:{10 + k:02d}:41     all    {16.6 + k:>5.2f}    0.00     4.01     3.55    "
+               f"0.00    {v:>5.2f}" for k, v in enumerate(idle))]
+    ((header, rows),) = list(fixed_tables(lines))
+    assert header[1:] == ["CPU", "%user", "%nice", "%system", "%iowait", "%steal", "%idle"]
+    assert rows[0][1] == ["09:10:41", "all", "16.60", "0.00", "4.01", "3.55", "0.00", "37.11"]
+    top = {e.tag: e.probes[0] for e in extremes(tables("\n".join(lines)))}
+    assert top[tag("max", column_terms("%idle"))].startswith("09:11:41")
+    notes = ["date        action              by                   note",
+             *(f"2024-11-{20 + k}  condition check     Bram Mbeki" for k in range(5)),
+             "2024-11-26  moved to bay 4      Ada Okoro            frame cracked at joint"]
+    ((_, rows),) = list(fixed_tables(notes))
+    assert rows[-1][1][-1] == "frame cracked at joint" and rows[0][1][-1] == ""
+
+
 @pytest.mark.parametrize("text", [
     "EDC query listing  |  study VRX-201  |  snapshot: 2024-05-20\n" + "a  b  c\n" * 3,
     "12   40   7\n" + "1   2   3\n" * 6,  # values, no header
