@@ -62,6 +62,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 
 from store.fixedwidth import fixed_tables
+from store.labelled import readings
 from store.limits import past_limits
 from store.logfmt import logfmt_records
 from store.pathlines import path_lines
@@ -399,6 +400,8 @@ def tables(text: str) -> list[Table]:
             best = aligned
     if not best and (pairs := logfmt_records(text)) is not None:  # `BUS_V=28.18 BUS_I=…`
         return [pairs]
+    if (named := readings(text)) is not None and len(named[1]) > sum(len(r) for _, r in best):
+        return [named]  # `avg 36 km/h  gust 57 km/h`
     if (named := path_lines(text)) is not None:  # `rspec ./spec/a_spec.rb:166 # …`
         return [*best, named]
     return best

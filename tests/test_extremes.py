@@ -129,6 +129,25 @@ def test_a_header_that_stands_apart_from_its_columns_is_read_as_printed() -> Non
     assert rows[-1][1][-1] == "frame cracked at joint" and rows[0][1][-1] == ""
 
 
+def test_readings_that_name_themselves_are_columns() -> None:
+    """A station log with no header (`avg 36 km/h  gust 57 km/h`), its names of uneven
+    length leaving one space before `avg` on some lines: read at runs of two spaces it
+    was short runs of rows, each under its first line as a header; "the strongest gust"
+    named no column. Each line is now a row of its readings, `gust` a column."""
+    stations = ["Lac 2160", "Crêtes 2480", "Pramouton 2550", "Summit 3020", "Mid 1840"]
+    gusts = [57, 91, 70, 97, 72, 40, 64]
+    lines = [f"05:{10 + k:02d} {stations[k % 5]:<15}avg {30 + k} km/h  gust {g} km/h  "
+             f"dir {290 + k}°" for k, g in enumerate(gusts)]
+    ((header, rows),) = tables("\n".join(lines))
+    assert header == ["avg", "gust", "dir"]
+    assert rows[2] == ((lines[2],), ["32 km/h", "70 km/h", "292°"])
+    top = {e.tag: e.probes[0] for e in extremes(tables("\n".join(lines)))}
+    got = asked_columns("What was the strongest gust in the wind log?",
+                        {t: column_terms(t.split(":", 1)[1]) for t in top})
+    assert got[tag("max", column_terms("gust"))] == 1.0
+    assert top[tag("max", column_terms("gust"))] == lines[3]
+
+
 @pytest.mark.parametrize("text", [
     "EDC query listing  |  study VRX-201  |  snapshot: 2024-05-20\n" + "a  b  c\n" * 3,
     "12   40   7\n" + "1   2   3\n" * 6,  # values, no header
