@@ -38,11 +38,12 @@ def readings(text: str) -> tuple[list[str], list[Row]] | None:
         return None
     found = [{k.lower(): v for k, v in _READING.findall(line)} for line in lines]
     counts = Counter(k for f in found for k in f)
-    labels = [k for k, n in counts.items() if n >= SHARE * len(lines)]
+    labels: list[str] = [k for k, n in counts.items() if n >= SHARE * len(lines)]
     if len(labels) < MIN_LABELS:
         return None
-    rows = [((line,), [f.get(k) for k in labels])
-            for line, f in zip(lines, found, strict=True) if all(k in f for k in labels)]
+    rows: list[Row] = [((line,), [f.get(k) for k in labels])
+                       for line, f in zip(lines, found, strict=True)
+                       if all(k in f for k in labels)]
     if len(rows) < MIN_LINES or 2 * len(rows) < len(lines):
         return None
     return labels, rows
