@@ -276,6 +276,15 @@ def test_warmth_and_room_name_their_columns() -> None:
     assert not any("file" in t for t in got)
 
 
+def test_the_biggest_order_is_the_most_units() -> None:
+    """An order queue's size is its `units` (or a quantity): "which order was the
+    biggest" asks for that column's top, not the latest `received`."""
+    columns = {tag(end, column_terms(c)): column_terms(c)
+               for c in ("units", "received", "qty") for end in ("max", "min")}
+    got = asked_columns("Which order in the queue was the biggest?", columns)
+    assert set(got) == {tag("max", column_terms("units")), tag("max", column_terms("qty"))}
+
+
 def test_a_columns_unit_says_what_it_holds_when_its_header_does_not() -> None:
     """`top_oil` in °C is a temperature: "the hottest" asks for its top as it would for
     `temp`'s; the unit's words count beside the header's, not in its share, so a
