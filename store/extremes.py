@@ -105,7 +105,8 @@ ABBREVIATIONS = {"avg": "average", "pct": "percent", "%": "percent", "qty": "qua
                  "mins": "minutes", "secs": "seconds", "rpt": "report",
                  "dep": "departure", "arr": "arrival", "dept": "department",
                  "dur": "duration", "cum": "cumulative total", "rh": "relative humidity",
-                 "el": "elevation", "elev": "elevation", "az": "azimuth"}
+                 "el": "elevation", "elev": "elevation", "az": "azimuth",
+                 "db": "database"}
 # how long a thing has been waiting or open is the distance to its start: "the ticket
 # that has been waiting the longest" is the earliest `opened`, "open the shortest" the
 # latest (a date column's other end from the superlative's). Only with a word of waiting:

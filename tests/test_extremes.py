@@ -687,6 +687,28 @@ def test_lines_of_key_value_pairs_are_a_table_told_apart_by_a_pair_as_printed() 
     assert tables("\n".join(f"run {i}: ok retries=0 took=1s" for i in range(3))) == []
 
 
+def test_key_value_lines_among_other_lines_are_a_table_when_there_are_many() -> None:
+    """Ecto's debug log: a `QUERY OK source=… db=…ms` line between the SQL it ran and the
+    call site, a third of the lines. Twenty such records or more are a table among the
+    rest; "the database time on the slowest query" is `db`'s top."""
+    dbs = [4.5, 3.6, 1.5, 312.4, *(2.0 + k / 10 for k in range(20))]
+    lines = []
+    for k, db in enumerate(dbs):
+        lines += [f'[debug] QUERY OK source="invoices" db={db:.1f}ms decode=1.{k % 9}ms '
+                  f"queue=0.{k % 7}ms idle={100 + k}.0ms",
+                  f'SELECT i0."id", i0."number" FROM "invoices" AS i0 WHERE (i0."id" = ${k})',
+                  f"↳ Ledgerline.Receivables.list/1, at: lib/ledgerline/receivables.ex:{40 + k}"]
+    [(header, rows)] = tables("\n".join(lines))
+    assert header == ["source", "db", "decode", "queue", "idle"] and len(rows) == len(dbs)
+    top = next(e for e in extremes(tables("\n".join(lines))) if e.tag.startswith("~max:")
+               and e.column == "db")
+    assert top.probes == ("idle=103.0ms",)  # the 312.4 ms query's line
+    assert top.tag in asked_columns("In that captured server log, what was the database "
+                                    "time on the single slowest query?",
+                                    {top.tag: column_terms(top.column)})
+    assert tables("\n".join(lines[:30])) == []  # ten records among twenty lines: no table
+
+
 # rubocop's offense counts: a count beside each cop, no header, a total under a rule
 OFFENSES = "\n".join([
     "379  Rails/RedundantPresenceValidationOnBelongsTo [Unsafe Correctable]",
