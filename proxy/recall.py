@@ -42,6 +42,11 @@ OPEN = ("<ctxwarden-recall note=\"passages offloaded earlier in this conversatio
 CLOSE = "</ctxwarden-recall>"
 QUESTION_VECTORS = 3  # a question's nearest evicted passages by vector that may come back
 HEADER = 16  # tokens a passage's header line in a block is counted at
+# a message that asks two things or more: each question's best matches (this many, by
+# `Hit.rank`) come before the rest, so one question's many strong passages do not take
+# every place from another's (a ferry desk's "strongest gust in the forecast" beside
+# "which sensor kept setting off the alarm"); taking them all in turn lost more
+FIRSTS = 2
 HOSTS = ("user", "tool")
 
 
@@ -194,9 +199,10 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     used = 0
     seen: set[str] = set()
     # strength is capped at 1: among the passages that reach it, the higher score first
+    # a message that asks two things or more: each question's `FIRSTS` best first
     ranked = sorted(cands.values(),
-                    key=lambda x: ((x[1].chunk_id, x[1].piece) != first, -x[0], -x[1].score,
-                                   x[1].chunk_id, x[1].piece))
+                    key=lambda x: ((x[1].chunk_id, x[1].piece) != first, x[1].rank >= FIRSTS, -x[0],
+                                   -x[1].score, x[1].chunk_id, x[1].piece))
     covered: dict[str, set[str]] = {}  # chunk id -> query terms its chosen passages match
     together: dict[str, int] = {}  # chunk id -> most query terms one of their lines holds
     # (chunk, piece) -> its text before `continued`, and after
@@ -273,6 +279,7 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
             break
     out = _unbegun(_unrepeated(out, extended, count), leads, count)
     return out if header is None else _headed(out, header, qterms, count, budget)
+
 
 
 def _together(text: str, qterms: set[str]) -> int:

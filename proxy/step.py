@@ -277,11 +277,14 @@ def search(index: RelevanceIndex, step: Step, related: Related | None = None) ->
             tops = [max((h.score for h in f if h.strength < 1.0), default=0.0) for f in found]
             for f, top in zip(found, tops, strict=True):
                 scale = max(tops) / top if top > 0 else 1.0
-                for h in f:
-                    h = replace(h, score=h.score * scale)
+                for rank, h in enumerate(f):
+                    h = replace(h, score=h.score * scale, rank=rank)
                     prev = best.get((h.chunk_id, h.piece))
                     if prev is None or (h.strength, h.score) > (prev.strength, prev.score):
-                        best[(h.chunk_id, h.piece)] = h
+                        best[(h.chunk_id, h.piece)] = h if prev is None or (
+                            h.rank <= prev.rank) else replace(h, rank=prev.rank)
+                    elif h.rank < prev.rank:
+                        best[(h.chunk_id, h.piece)] = replace(prev, rank=h.rank)
             hits = sorted(best.values(), key=lambda h: (-h.strength, -h.score, h.chunk_id,
                                                         h.piece))
         else:

@@ -47,6 +47,9 @@ class Hit:
     strength: float  # score / the query's ideal score, in [0, 1]
     note: str = ""  # its notable rows, when the query asked for them (store/notable.py)
     rows: tuple[tuple[str, ...], ...] = ()  # ... and what each row's line holds
+    # its place among the matches of the question it answers best, where a message asks
+    # two or more (proxy/step.py `search`): recall takes each question's best in turn
+    rank: int = 0
 
 
 class Postings:

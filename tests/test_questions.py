@@ -134,3 +134,41 @@ async def test_a_question_reaches_question_top_k_passages_where_another_step_has
         await pipeline.close()
     assert passages(asked) == 3
     assert passages(told) == 1
+
+
+def sensors(n: int) -> str:
+    """An alarm journal: every line says engine room, temperature and alarm."""
+    return "\n".join(f"2024-11-14 0{k}:{10 + n:02d}  MV Loch Varra  TT-ME{k}-{100 + n}  "
+                     f"engine room temperature alarm {'HIGH' if k % 2 else 'cleared'}"
+                     for k in range(8))
+
+
+async def test_each_question_of_two_gets_its_best_passages_before_the_others_rest() -> None:
+    """One question of two matching many passages (every line of an alarm journal says
+    "engine room temperature alarm") took every place recall had, and the other's answer,
+    a weaker match ("shut" for `closed`), none: each question's best passages now come
+    before the rest."""
+    st = Settings(store={"path": ":memory:"}, routes=[{
+        "name": "t", "model": "t-*", "context_window": 3000, "max_output_tokens": 256,
+        "upstream": {"model": "openai/gpt-4o", "api_key": "unused"},
+        "recall": {"question_top_k": 4}}])
+    pipeline = Pipeline(st, MemoryStore())
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You run the ferry desk."},
+                                  user("Keep the sailings board current today.")]
+    both = ("Two quick ones: which vessel had the engine room temperature alarm? And which "
+            "road did the crews shut after the storm brought the lines down?")
+    try:
+        for n in range(16):
+            cid = f"call_{n}"
+            name, out = ("alarms", sensors(n)) if n % 2 == 0 else ("roads", roads(n))
+            msgs += [assistant(None, call(cid, name, "{}")), tool(cid, out),
+                     assistant(f"Board updated ({n})."), user("Keep going.")]
+            await pipeline.prepare({"model": "t-1", "messages": list(msgs)}, st.routes[0],
+                                   "t", "s")
+        prep = await pipeline.prepare({"model": "t-1", "messages": [*msgs[:-1], user(both)]},
+                                      st.routes[0], "t", "s")
+    finally:
+        await pipeline.close()
+    sent = json.dumps(prep.body["messages"])
+    assert "engine room temperature alarm" in sent  # the first question's answers
+    assert "closed    downed power lines" in sent  # and the second's
