@@ -201,8 +201,9 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     # strength is capped at 1: among the passages that reach it, the higher score first
     # a message that asks two things or more: each question's `FIRSTS` best first
     ranked = sorted(cands.values(),
-                    key=lambda x: ((x[1].chunk_id, x[1].piece) != first, x[1].rank >= FIRSTS, -x[0],
-                                   -x[1].score, x[1].chunk_id, x[1].piece))
+                    key=lambda x: ((x[1].chunk_id, x[1].piece) != first,
+                                   x[1].rank >= FIRSTS, -x[0], -x[1].score,
+                                   x[1].chunk_id, x[1].piece))
     covered: dict[str, set[str]] = {}  # chunk id -> query terms its chosen passages match
     together: dict[str, int] = {}  # chunk id -> most query terms one of their lines holds
     # (chunk, piece) -> its text before `continued`, and after
@@ -279,7 +280,6 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
             break
     out = _unbegun(_unrepeated(out, extended, count), leads, count)
     return out if header is None else _headed(out, header, qterms, count, budget)
-
 
 
 def _together(text: str, qterms: set[str]) -> int:

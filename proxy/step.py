@@ -260,7 +260,9 @@ def search(index: RelevanceIndex, step: Step, related: Related | None = None) ->
     tool output's rare identifiers (each such match is clear: strength 1). A message that
     asks two things or more is searched a question at a time (`questions`), each against
     its own yardstick, and a passage keeps its best match: "which tender was closest? And
-    which road was shut?" measured as one query gave each answer half a strength."""
+    which road was shut?" measured as one query gave each answer half a strength. It also
+    keeps its best place among a question's matches (`Hit.rank`): recall takes each
+    question's best first (proxy/recall.py `FIRSTS`)."""
     hits: list[Hit] = []
     if step.words:
         asked = questions(step.query) if step.asks else []
@@ -277,14 +279,13 @@ def search(index: RelevanceIndex, step: Step, related: Related | None = None) ->
             tops = [max((h.score for h in f if h.strength < 1.0), default=0.0) for f in found]
             for f, top in zip(found, tops, strict=True):
                 scale = max(tops) / top if top > 0 else 1.0
-                for rank, h in enumerate(f):
+                for rank, h in enumerate(f):  # its rank: its place in its question's
                     h = replace(h, score=h.score * scale, rank=rank)
                     prev = best.get((h.chunk_id, h.piece))
-                    if prev is None or (h.strength, h.score) > (prev.strength, prev.score):
-                        best[(h.chunk_id, h.piece)] = h if prev is None or (
-                            h.rank <= prev.rank) else replace(h, rank=prev.rank)
-                    elif h.rank < prev.rank:
-                        best[(h.chunk_id, h.piece)] = replace(prev, rank=h.rank)
+                    if prev is not None:  # the better match, at the better of its places
+                        keep = h if (h.strength, h.score) > (prev.strength, prev.score) else prev
+                        h = replace(keep, rank=min(h.rank, prev.rank))
+                    best[(h.chunk_id, h.piece)] = h
             hits = sorted(best.values(), key=lambda h: (-h.strength, -h.score, h.chunk_id,
                                                         h.piece))
         else:

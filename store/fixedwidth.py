@@ -124,4 +124,3 @@ def _rows(body: list[str]) -> list[str]:
     while end > 0 and counts[end - 1] != common and _SUMMARY.search(body[end - 1]):
         end -= 1
     return body[:end]
-

@@ -48,7 +48,7 @@ class Hit:
     note: str = ""  # its notable rows, when the query asked for them (store/notable.py)
     rows: tuple[tuple[str, ...], ...] = ()  # ... and what each row's line holds
     # its place among the matches of the question it answers best, where a message asks
-    # two or more (proxy/step.py `search`): recall takes each question's best in turn
+    # two or more (proxy/step.py `search`): recall takes each question's best few first
     rank: int = 0
 
 
