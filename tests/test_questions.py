@@ -4,6 +4,7 @@ searched on its own and gets its own passages, as it would asked alone."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from proxy.config import Settings
@@ -61,6 +62,19 @@ def roads(n: int) -> str:
                                       "Canyon Dr", "Ridge Ln", "Mesa Blvd")))])
 
 
+
+async def tool_turns(pipeline: Pipeline, st: Settings, msgs: list[dict[str, Any]], n: int,
+                     output: Callable[[int], tuple[str, str]]) -> None:
+    """`n` tool turns onto `msgs` (a call, its `output(k)` as (tool, text), the agent's
+    word, "Keep going."), each sent as the agent would."""
+    for k in range(n):
+        cid = f"call_{k}"
+        name, out = output(k)
+        msgs += [assistant(None, call(cid, name, "{}")), tool(cid, out),
+                 assistant(f"Board updated ({k})."), user("Keep going.")]
+        await pipeline.prepare({"model": "t-1", "messages": list(msgs)}, st.routes[0],
+                               "t", "s")
+
 def test_each_question_of_two_finds_its_answer_as_strongly_as_asked_alone() -> None:
     index = RelevanceIndex()
     for n in range(12):
@@ -82,13 +96,8 @@ async def test_a_message_asking_two_things_recalls_both_answers_back_to_back() -
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "You support dispatch."},
                                   user("Keep the board current while the fire runs.")]
     try:
-        for n in range(20):
-            cid = f"call_{n}"
-            name, out = ("unit_status", units(n)) if n % 2 == 0 else ("roads", roads(n))
-            msgs += [assistant(None, call(cid, name, "{}")), tool(cid, out),
-                     assistant(f"Board updated ({n})."), user("Keep going.")]
-            await pipeline.prepare({"model": "t-1", "messages": list(msgs)}, st.routes[0],
-                                   "t", "s")
+        await tool_turns(pipeline, st, msgs, 20, lambda n: ("unit_status", units(n))
+                         if n % 2 == 0 else ("roads", roads(n)))
         before = await pipeline.prepare({"model": "t-1", "messages": list(msgs)},
                                         st.routes[0], "t", "s")
         prep = await pipeline.prepare({"model": "t-1", "messages": [*msgs[:-1], user(TWO)]},
@@ -118,12 +127,7 @@ async def test_a_question_reaches_question_top_k_passages_where_another_step_has
         return sum(str(m.get("content")).count("[chunk ") for m in prep.body["messages"])
 
     try:
-        for n in range(20):
-            cid = f"call_{n}"
-            msgs += [assistant(None, call(cid, "unit_status", "{}")), tool(cid, units(n)),
-                     assistant(f"Board updated ({n})."), user("Keep going.")]
-            await pipeline.prepare({"model": "t-1", "messages": list(msgs)}, st.routes[0],
-                                   "t", "s")
+        await tool_turns(pipeline, st, msgs, 20, lambda n: ("unit_status", units(n)))
         asked = await pipeline.prepare(
             {"model": "t-1", "messages": [*msgs[:-1], user(
                 "Which Type 3 engine at Station 4 had a crew of 3?")]}, st.routes[0], "t", "s")
@@ -158,13 +162,8 @@ async def test_each_question_of_two_gets_its_best_passages_before_the_others_res
     both = ("Two quick ones: which vessel had the engine room temperature alarm? And which "
             "road did the crews shut after the storm brought the lines down?")
     try:
-        for n in range(16):
-            cid = f"call_{n}"
-            name, out = ("alarms", sensors(n)) if n % 2 == 0 else ("roads", roads(n))
-            msgs += [assistant(None, call(cid, name, "{}")), tool(cid, out),
-                     assistant(f"Board updated ({n})."), user("Keep going.")]
-            await pipeline.prepare({"model": "t-1", "messages": list(msgs)}, st.routes[0],
-                                   "t", "s")
+        await tool_turns(pipeline, st, msgs, 16, lambda n: ("alarms", sensors(n))
+                         if n % 2 == 0 else ("roads", roads(n)))
         prep = await pipeline.prepare({"model": "t-1", "messages": [*msgs[:-1], user(both)]},
                                       st.routes[0], "t", "s")
     finally:
