@@ -66,6 +66,7 @@ from store.labelled import readings
 from store.limits import past_limits
 from store.logfmt import logfmt_records
 from store.pathlines import path_lines
+from store.series import sampled, samples
 from store.siblings import odd_columns
 from store.terms import WORD
 from store.yamlrecords import yaml_records
@@ -408,8 +409,11 @@ def tables(text: str) -> list[Table]:
 
 
 def _record_table(records: list[dict[str, Any]], colon: str = ": ") -> Table:
-    """`colon`: how the JSON printed a key's colon (`": "`, or `":"` compact)."""
+    """`colon`: how the JSON printed a key's colon (`": "`, or `":"` compact). Time series
+    have a row a sample (store/series.py)."""
     records = [_flat(r) for r in records]
+    if (series := samples(records, number)) is not None:
+        return series
     keys = list(dict.fromkeys(k for r in records[:20] for k in r))
     key = _id_key(records, keys)
     return keys, [((_probe(key, r[key], colon),) if key else (), [r.get(k) for k in keys])
@@ -501,8 +505,8 @@ def _records(data: Any, depth: int) -> list[dict[str, Any]] | None:
     """The longest list of five or more records in `data`, five levels down at most (a
     list in a record in a list in a record: `kafka-log-dirs`' partitions of each log
     dir of each broker)."""
-    if isinstance(data, list) and len(data) >= MIN_VALUES and all(
-            isinstance(r, dict) for r in data):
+    if isinstance(data, list) and data and all(isinstance(r, dict) for r in data) and (
+            len(data) >= MIN_VALUES or sampled(data, number)):  # or a series or two
         return data
     if depth >= 5:
         return None

@@ -7,6 +7,7 @@ import json
 from collections import Counter
 from typing import Any
 
+import orjson
 import pytest
 
 from proxy.excerpt import focus
@@ -707,6 +708,29 @@ def test_key_value_lines_among_other_lines_are_a_table_when_there_are_many() -> 
                                     "time on the single slowest query?",
                                     {top.tag: column_terms(top.column)})
     assert tables("\n".join(lines[:30])) == []  # ten records among twenty lines: no table
+
+
+def test_a_metrics_querys_samples_are_rows_and_its_peak_a_values_end() -> None:
+    """Prometheus's `query_range` answer keeps each series' samples in a list of
+    `[time, "value"]` pairs that no column read: each sample is a row now, under its
+    series' labels, and "the single highest value in that metrics query" its top."""
+    def value(d: int, k: int) -> str:
+        return f"{1873.0 if (d, k) == (33, 4) else 20 + k:.3f}"
+
+    series = [{"metric": {"__name__": "ceph_osd_apply_latency_ms", "ceph_daemon": f"osd.{d}"},
+               "values": [[1716249600 + 300 * k, value(d, k)] for k in range(6)]}
+              for d in (47, 33, 12)]
+    text = orjson.dumps({"status": "success", "data": {"resultType": "matrix",
+                                                      "result": series}}).decode()
+    [(header, rows)] = tables(text)
+    assert header == ["metric.__name__", "metric.ceph_daemon", "time", "values"]
+    assert len(rows) == 18
+    assert rows[10] == (('"1873.000"',), ["ceph_osd_apply_latency_ms", "osd.33",
+                                          1716250800, "1873.000"])
+    top = next(e for e in extremes(tables(text)) if e.tag.startswith("~max:"))
+    assert top.column == "values" and top.probes == ('"1873.000"',)
+    assert top.tag in asked_columns("What was the single highest apply-latency value in "
+                                    "that metrics query?", {top.tag: column_terms(top.column)})
 
 
 # rubocop's offense counts: a count beside each cop, no header, a total under a rule
