@@ -56,7 +56,8 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
         return fit, result
     shown = set().union(*(b.keys for b in kept))
     count = rt.counter.text
-    cap = settings.budget(room, rel.step.asks) - rt.block_overhead - result.tokens
+    out = sum(p.chunk.tokens for p in conv.parts if p.chunk.id in recallable)
+    cap = settings.budget(room, rel.step.asks, out) - rt.block_overhead - result.tokens
     if asked_now and rel.step.asks:  # and what the request leaves free: nothing evicted
         cap = max(cap, room - fit.tokens - result.tokens - rt.block_overhead)
     stated: frozenset[tuple[str, int]] = frozenset()

@@ -76,6 +76,13 @@ class RecallSettings(_Strict):
     # ...and when the user asks (the larger of the two): the answer is often a few
     # passages down its matches; `enabled: false` turns recall off
     question_budget_fraction: float = Field(0.20, ge=0, le=0.5)
+    # ...and up to this when what the request evicts is at least `far_history` times the
+    # room: the more of a history is out of sight, the more rivals the answer has among
+    # its question's matches (on the written-apart sets it ranked 20th-50th more often
+    # than in the top 12), so the net widens; histories within that (tau-bench at 3,000
+    # tokens: under 1.7 times at the 90th percentile) keep the room for what they hold
+    question_budget_far: float = Field(0.40, ge=0, le=0.5)
+    far_history: float = Field(2.0, ge=0)
     # ...but never less than this many tokens (up to a quarter of the room): a tenth of a
     # small window (270 tokens of a 3,000-token one) holds one passage of JSON, not two
     min_budget_tokens: int = Field(400, ge=0)
@@ -86,10 +93,10 @@ class RecallSettings(_Strict):
     question_min_relevance: float = Field(0.10, ge=0, le=1)
     top_k: int = Field(8, ge=1)
     # a question's reach: its answer often ranks below its eighth match (a value none of
-    # its words names, in a table or log its words do match); with a fifth of the room,
-    # 11 more facts back to back and 6 more cold on eleven black-box sets
-    # (docs/design-notes.md)
-    question_top_k: int = Field(12, ge=1)
+    # its words names, in a table or log its words do match); the budget above binds
+    # first (12 → 30 with a fifth of the room: 3 more facts back to back and 4 more cold
+    # on fourteen black-box sets, docs/design-notes.md)
+    question_top_k: int = Field(30, ge=1)
     # Vectors refine where ready: a passage whose cosine to the step's words reaches this
     # is recalled too (and counts in RWOE's sim); the step's vector is waited for at most
     # vector_wait_ms. 0.5 sits above the noise MiniLM gives unrelated passages (<= 0.46 on
@@ -113,10 +120,13 @@ class RecallSettings(_Strict):
     cross_session: bool = False
     timeout_ms: int = Field(1000, ge=1)
 
-    def budget(self, room: int, asks: bool = False) -> int:
-        """The most a recall may take of `room` tokens (`asks`: on a user's question)."""
+    def budget(self, room: int, asks: bool = False, out: int = 0) -> int:
+        """The most a recall may take of `room` tokens (`asks`: on a user's question,
+        `out`: the tokens of the history this request evicts)."""
         fraction = (max(self.budget_fraction, self.question_budget_fraction) if asks
                     else self.budget_fraction)
+        if asks and fraction > 0 and out >= self.far_history * room:
+            fraction = max(fraction, self.question_budget_far)
         if fraction <= 0:
             return 0
         return max(int(room * fraction), min(self.min_budget_tokens, room // 4))

@@ -288,3 +288,11 @@ def test_recall_budget_is_a_share_of_the_room_with_a_floor() -> None:
     assert RecallSettings(budget_fraction=0.3).budget(6_900, asks=True) == 2_070
     assert RecallSettings(budget_fraction=0, question_budget_fraction=0).budget(
         6_900, asks=True) == 0
+    # ...and twice that where the request evicts twice its room or more
+    assert r.budget(6_900, asks=True, out=13_800) == 2_760
+    assert r.budget(6_900, asks=True, out=13_799) == 1_380
+    assert r.budget(6_900, out=13_800) == 690  # a step that does not ask: its share
+    assert RecallSettings(question_budget_far=0).budget(6_900, True, 13_800) == 1_380
+    assert RecallSettings(far_history=4).budget(6_900, True, 13_800) == 1_380
+    assert RecallSettings(budget_fraction=0, question_budget_fraction=0).budget(
+        6_900, True, 13_800) == 0  # no room for recall: none, however far

@@ -171,3 +171,34 @@ async def test_each_question_of_two_gets_its_best_passages_before_the_others_res
     sent = json.dumps(prep.body["messages"])
     assert "engine room temperature alarm" in sent  # the first question's answers
     assert "closed    downed power lines" in sent  # and the second's
+
+
+async def test_a_question_about_a_long_history_casts_a_wider_net() -> None:
+    """The more of a history is out of sight, the more rivals a question's answer has
+    among its matches: where the request evicts `far_history` times its room or more, a
+    question may take `question_budget_far` of the room, elsewhere
+    `question_budget_fraction`."""
+
+    async def recall(turns: int, far: float) -> tuple[int, int]:
+        st = Settings(store={"path": ":memory:"}, routes=[{
+            "name": "t", "model": "t-*", "context_window": 3000, "max_output_tokens": 256,
+            "upstream": {"model": "openai/gpt-4o", "api_key": "unused"},
+            "recall": {"question_budget_far": far}}])
+        pipeline = Pipeline(st, MemoryStore())
+        msgs: list[dict[str, Any]] = [{"role": "system", "content": "You support dispatch."},
+                                      user("Keep the board current while the fire runs.")]
+        try:
+            await tool_turns(pipeline, st, msgs, turns, lambda n: ("unit_status", units(n)))
+            asked = await pipeline.prepare(
+                {"model": "t-1", "messages": [*msgs[:-1], user(
+                    "Which Type 3 engine at Station 4 had a crew of 3?")]},
+                st.routes[0], "t", "s")
+        finally:
+            await pipeline.close()
+        out = sum(e.tokens for e in asked.events if e.action == "recall")
+        return asked.recalled, out
+
+    room = 3000 - 256
+    wide, narrow = await recall(24, 0.4), await recall(24, 0.2)  # ~4 rooms evicted
+    assert wide[0] > narrow[0] and wide[1] > 0.2 * room >= narrow[1]
+    assert await recall(7, 0.4) == await recall(7, 0.2)  # evicts under two rooms

@@ -96,10 +96,11 @@ def _session() -> list[dict[str, Any]]:
     return msgs
 
 
-async def test_a_question_about_a_calls_output_gets_its_summary_line() -> None:
-    """Through the pipeline: the plan's count, in its last line, reaches the model when a
-    colleague asks about "that first staging plan" long after it was evicted."""
+async def _asked_about_the_plan(far: float) -> Any:
+    """The session, then a colleague's question about "that first staging plan" long
+    after it was evicted; `far`: `recall.question_budget_far`."""
     st = settings("rwoe")
+    st.routes[0].recall.question_budget_far = far
     pipeline = Pipeline(st, MemoryStore())
     history = _session()
     try:
@@ -109,12 +110,23 @@ async def test_a_question_about_a_calls_output_gets_its_summary_line() -> None:
                                        st.routes[0], "t", "s")
         question = user("On that first staging plan, how many resources was Terraform "
                         "going to tear down?")
-        prep = await pipeline.prepare({"model": "loop-1", "messages": [*history, question]},
+        return await pipeline.prepare({"model": "loop-1", "messages": [*history, question]},
                                       st.routes[0], "t", "s")
     finally:
         await pipeline.close()
+
+
+async def test_a_question_about_a_calls_output_gets_its_summary_line() -> None:
+    """Through the pipeline: the plan's count, in its last line, reaches the model when a
+    colleague asks about "that first staging plan" long after it was evicted. Within a
+    fifth of the room (`question_budget_far` off) the plan does not come back whole: the
+    call the question matched brings its summary line."""
+    prep = await _asked_about_the_plan(far=0)
     reasons = {e.reason for e in prep.events if e.action == "recall"}
     assert any(r.startswith("the result of a call the question matched") for r in reasons)
     sent = "\n".join(str(m.get("content")) for m in prep.body["messages"])
     assert "7 to destroy" in sent
     assert PLAN not in sent  # the plan itself stays evicted: its passages came back
+    # with the wider net a history this long gets (40 %), the count reaches it as well
+    prep = await _asked_about_the_plan(far=0.4)
+    assert "7 to destroy" in "\n".join(str(m.get("content")) for m in prep.body["messages"])
