@@ -34,16 +34,10 @@ from datetime import date
 from itertools import islice
 from typing import Any
 
+from store.cells import MIN_VALUES, Row, Table, number, unit_of
 from store.idioms import idioms
-from store.notable import (
-    MIN_VALUES,
-    Row,
-    Table,
-    number,
-    numeric_columns,
-    superlative,
-    unit_of,
-)
+from store.notable import numeric_columns
+from store.notablewords import superlative
 from store.spans import spans
 from store.terms import STOP, WORD, terms
 

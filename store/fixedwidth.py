@@ -3,7 +3,7 @@
 `kubectl get pods`, `df -h`, a report's fixed-width listing: columns padded with spaces,
 some cells empty (`damage_notes` blank for a unit left clean), some holding a single
 space (`568 (4m ago)`, `Metro Roofing & Gutters`). Split at runs of two spaces, such a
-row has fewer cells than its header and the table falls apart (store/notable.py
+row has fewer cells than its header and the table falls apart (store/tabular.py
 `tables` then sees runs of rows with no header). Read by position instead: a header line
 (three names or more, no numbers, `table_header`; not a title line over a header of
 more names, `EXPIRY REPORT  window=90d  run=…`), the lines under it to the first
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 MIN_ROWS = 5  # rows under the header, at least
-# (header, [((the row's line,), its cells)]): store/notable.py's Table with a header
+# (header, [((the row's line,), its cells)]): store/cells.py's Table with a header
 Aligned = tuple[list[str], list[tuple[tuple[str, ...], list[Any]]]]
 _INK = re.compile(r"\S+")
 _COLUMN = re.compile(rb"\x01+")

@@ -9,7 +9,7 @@ each reading's name beside its value instead:
 ```
 
 Split at runs of two spaces its lines fall into cells of different counts (a long name
-leaves one space before `avg`), so store/notable.py `tables` saw short runs of rows, each
+leaves one space before `avg`), so store/tabular.py `tables` saw short runs of rows, each
 headed by its first line, and "the strongest gust" no column. Like store/logfmt.py's
 `key=value` pairs, each `<label> <number>[ unit]` of a line is a reading; a label that
 `SHARE` of the lines hold (two such labels at least, in `MIN_LINES` lines and half the
@@ -22,7 +22,7 @@ import re
 from collections import Counter
 from typing import Any
 
-Row = tuple[tuple[str, ...], list[Any]]  # (probes, cells): store/notable.py's
+Row = tuple[tuple[str, ...], list[Any]]  # (probes, cells): store/cells.py's
 
 MIN_LINES, MIN_LABELS = 5, 2
 SHARE = 0.8  # of the lines that hold a label, for it to name a column

@@ -30,8 +30,10 @@ from collections.abc import Iterable
 from itertools import pairwise
 
 from store.extremes import asked_columns, column_terms, ends, extremes, timed_lines
-from store.notable import asked, notable, placed, row_terms, said, tables
+from store.notable import notable, placed, row_terms, said
+from store.notablewords import asked
 from store.postings import EAGER, Hit, Postings
+from store.tabular import tables
 from store.terms import PASSAGE_CHARS, WORD, identifiers, terms
 
 __all__ = ["EAGER", "IDEAL_TERMS", "Hit", "RelevanceIndex"]

@@ -12,7 +12,7 @@ that metrics query" found no column. Each sample is now a row of its own: the se
 labels (`metric.ceph_daemon`), `time`, and the value in the samples' own column
 (`values`). Its probe is the value as the JSON writes it (`"1873.000"`). An instant
 query's one `[time, "value"]` sample is already its record's value
-(store/notable.py `_flat`).
+(store/tabular.py `_flat`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-Row = tuple[tuple[str, ...], list[Any]]  # (probes, cells): store/notable.py's
+Row = tuple[tuple[str, ...], list[Any]]  # (probes, cells): store/cells.py's
 MIN_SAMPLES = 5  # samples in all, at least
 
 
@@ -39,7 +39,7 @@ def sampled(records: list[dict[str, Any]], numeric: Callable[[Any], float | None
 
 def samples(records: list[dict[str, Any]], numeric: Callable[[Any], float | None]
             ) -> tuple[list[str], list[Row]] | None:
-    """(header, rows) of the series `records` (flattened: store/notable.py `_flat`) with
+    """(header, rows) of the series `records` (flattened: store/tabular.py `_flat`) with
     one row a sample; None when they are no series (`sampled`)."""
     key = sampled(records, numeric)
     if key is None:

@@ -12,7 +12,7 @@ certificates:
 Each `- key: value` line at one indent opens a record; the `key: value` lines two spaces
 deeper are its fields. A field without a value (a nested map or list) or a block scalar
 is no column. The longest such list of `MIN_RECORDS` or more is the table (store/
-notable.py `tables`), so its numeric and dated columns have ends and odd rows as a JSON
+tabular.py `tables`), so its numeric and dated columns have ends and odd rows as a JSON
 list's do. A record is told apart by the line of its first field whose values all differ
 and are no flow list or map, as printed (`serial: "29:D2:…"`), which its passage holds.
 

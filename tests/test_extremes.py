@@ -25,8 +25,8 @@ from store.extremes import (
     unit_terms,
 )
 from store.fixedwidth import fixed_tables
-from store.notable import tables
 from store.relevance import RelevanceIndex
+from store.tabular import tables
 from store.terms import terms
 
 # `kubectl get pods -A` as printed: a restart count with a note, a long status widening

@@ -9,9 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from store.cells import number
 from store.extremes import extremes, tag
-from store.notable import TAGS, Notable, asked, notable, number, placed, tables
+from store.notable import Notable, notable, placed
+from store.notablewords import TAGS, asked
 from store.relevance import RelevanceIndex
+from store.tabular import tables
 from store.terms import passages
 
 STOCK = "\n".join([
