@@ -89,7 +89,10 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
                         min_relevance=(min(settings.min_relevance,
                                            settings.question_min_relevance)
                                        if rel.step.asks else settings.min_relevance),
-                        min_relative=settings.min_relative, top_k=top_k,
+                        min_relative=(min(settings.min_relative,
+                                          settings.question_min_relative)
+                                      if rel.step.asks else settings.min_relative),
+                        top_k=top_k,
                         budget=cap, count=count,
                         vectors=[v for v in rel.vectors if (v[0].chunk_id, v[0].piece)
                                  not in shown],

@@ -65,7 +65,8 @@ class ClassificationSettings(_Strict):
 class RecallSettings(_Strict):
     """Recall reads the session's lexical index (proxy/recall.py): a passage of an evicted
     chunk comes back when its strength (BM25 over the query's ideal, in [0, 1]) reaches
-    `min_relevance` and its score is within `min_relative` of the session's best match.
+    `min_relevance` and its score is within `min_relative` of the session's best match
+    (`question_min_relevance` and `question_min_relative` on a user's question).
     `budget_fraction` of the room is the most a recall may take (`question_budget_fraction`
     on a user's question), and only on turns that recall (evicting to make room if it
     must); on a turn where the user asks, it may also take the room the request leaves
@@ -91,6 +92,11 @@ class RecallSettings(_Strict):
     # a user's question (proxy/step.py `asking`) is about what the conversation has
     # seen: its best evicted matches come back at this lower bar
     question_min_relevance: float = Field(0.10, ge=0, le=1)
+    # ...and its matches within this share of its best (not half): its answer's passage
+    # often shares fewer of its words than the passage that matches them best (a row
+    # under the header that names them). 0.3-0.4 kept 1,074-1,079 of 1,193 facts on the
+    # written-apart sets back to back against 1,061 at 0.5 (docs/design-notes.md)
+    question_min_relative: float = Field(0.35, ge=0, le=1)
     top_k: int = Field(8, ge=1)
     # a question's reach: its answer often ranks below its eighth match (a value none of
     # its words names, in a table or log its words do match); the budget above binds

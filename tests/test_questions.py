@@ -202,3 +202,33 @@ async def test_a_question_about_a_long_history_casts_a_wider_net() -> None:
     wide, narrow = await recall(24, 0.4), await recall(24, 0.2)  # ~4 rooms evicted
     assert wide[0] > narrow[0] and wide[1] > 0.2 * room >= narrow[1]
     assert await recall(7, 0.4) == await recall(7, 0.2)  # evicts under two rooms
+
+
+async def test_a_question_keeps_matches_down_to_question_min_relative_of_its_best() -> None:
+    """A question's answer often shares fewer of its words than the passage matching
+    them best: its matches within `question_min_relative` (0.35) of the best come back,
+    where any other step's need `min_relative` (0.5)."""
+
+    async def strengths(share: float) -> list[float]:
+        st = Settings(store={"path": ":memory:"}, routes=[{
+            "name": "t", "model": "t-*", "context_window": 3000, "max_output_tokens": 256,
+            "upstream": {"model": "openai/gpt-4o", "api_key": "unused"},
+            "recall": {"question_min_relative": share}}])
+        pipeline = Pipeline(st, MemoryStore())
+        msgs: list[dict[str, Any]] = [{"role": "system", "content": "You support dispatch."},
+                                      user("Keep the board current while the fire runs.")]
+        try:
+            await tool_turns(pipeline, st, msgs, 20, lambda n: ("unit_status", units(n))
+                             if n % 2 == 0 else ("roads", roads(n)))
+            asked = await pipeline.prepare({"model": "t-1", "messages": [*msgs[:-1], user(
+                "Which road was closed, and why was the engine out of service?")]},
+                st.routes[0], "t", "s")
+        finally:
+            await pipeline.close()
+        return [float(e.reason.split()[2]) for e in asked.events
+                if e.action == "recall" and e.reason.startswith("lexical match")]
+
+    wide, narrow = await strengths(0.35), await strengths(0.5)
+    assert min(wide) < 0.5 * max(wide)
+    assert min(narrow) >= 0.5 * max(narrow)
+    assert len(wide) > len(narrow)
