@@ -173,6 +173,26 @@ async def test_each_question_of_two_gets_its_best_passages_before_the_others_res
     assert "closed    downed power lines" in sent  # and the second's
 
 
+async def board_question(recall: dict[str, Any], turns: int,
+                         output: Callable[[int], tuple[str, str]], question: str) -> Any:
+    """`turns` tool turns of a dispatch board (`output(k)`) on a 3,000-token route with
+    these `recall` settings, then `question` in place of the last "Keep going.": the
+    request as prepared."""
+    st = Settings(store={"path": ":memory:"}, routes=[{
+        "name": "t", "model": "t-*", "context_window": 3000, "max_output_tokens": 256,
+        "upstream": {"model": "openai/gpt-4o", "api_key": "unused"}, "recall": recall}])
+    pipeline = Pipeline(st, MemoryStore())
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You support dispatch."},
+                                  user("Keep the board current while the fire runs.")]
+    try:
+        await tool_turns(pipeline, st, msgs, turns, output)
+        return await pipeline.prepare({"model": "t-1", "messages": [*msgs[:-1],
+                                                                    user(question)]},
+                                      st.routes[0], "t", "s")
+    finally:
+        await pipeline.close()
+
+
 async def test_a_question_about_a_long_history_casts_a_wider_net() -> None:
     """The more of a history is out of sight, the more rivals a question's answer has
     among its matches: where the request evicts `far_history` times its room or more, a
@@ -180,23 +200,10 @@ async def test_a_question_about_a_long_history_casts_a_wider_net() -> None:
     `question_budget_fraction`."""
 
     async def recall(turns: int, far: float) -> tuple[int, int]:
-        st = Settings(store={"path": ":memory:"}, routes=[{
-            "name": "t", "model": "t-*", "context_window": 3000, "max_output_tokens": 256,
-            "upstream": {"model": "openai/gpt-4o", "api_key": "unused"},
-            "recall": {"question_budget_far": far}}])
-        pipeline = Pipeline(st, MemoryStore())
-        msgs: list[dict[str, Any]] = [{"role": "system", "content": "You support dispatch."},
-                                      user("Keep the board current while the fire runs.")]
-        try:
-            await tool_turns(pipeline, st, msgs, turns, lambda n: ("unit_status", units(n)))
-            asked = await pipeline.prepare(
-                {"model": "t-1", "messages": [*msgs[:-1], user(
-                    "Which Type 3 engine at Station 4 had a crew of 3?")]},
-                st.routes[0], "t", "s")
-        finally:
-            await pipeline.close()
-        out = sum(e.tokens for e in asked.events if e.action == "recall")
-        return asked.recalled, out
+        asked = await board_question({"question_budget_far": far}, turns,
+                                     lambda n: ("unit_status", units(n)),
+                                     "Which Type 3 engine at Station 4 had a crew of 3?")
+        return asked.recalled, sum(e.tokens for e in asked.events if e.action == "recall")
 
     room = 3000 - 256
     wide, narrow = await recall(24, 0.4), await recall(24, 0.2)  # ~4 rooms evicted
@@ -210,21 +217,10 @@ async def test_a_question_keeps_matches_down_to_question_min_relative_of_its_bes
     where any other step's need `min_relative` (0.5)."""
 
     async def strengths(share: float) -> list[float]:
-        st = Settings(store={"path": ":memory:"}, routes=[{
-            "name": "t", "model": "t-*", "context_window": 3000, "max_output_tokens": 256,
-            "upstream": {"model": "openai/gpt-4o", "api_key": "unused"},
-            "recall": {"question_min_relative": share}}])
-        pipeline = Pipeline(st, MemoryStore())
-        msgs: list[dict[str, Any]] = [{"role": "system", "content": "You support dispatch."},
-                                      user("Keep the board current while the fire runs.")]
-        try:
-            await tool_turns(pipeline, st, msgs, 20, lambda n: ("unit_status", units(n))
-                             if n % 2 == 0 else ("roads", roads(n)))
-            asked = await pipeline.prepare({"model": "t-1", "messages": [*msgs[:-1], user(
-                "Which road was closed, and why was the engine out of service?")]},
-                st.routes[0], "t", "s")
-        finally:
-            await pipeline.close()
+        asked = await board_question(
+            {"question_min_relative": share}, 20,
+            lambda n: ("unit_status", units(n)) if n % 2 == 0 else ("roads", roads(n)),
+            "Which road was closed, and why was the engine out of service?")
         return [float(e.reason.split()[2]) for e in asked.events
                 if e.action == "recall" and e.reason.startswith("lexical match")]
 
