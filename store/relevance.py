@@ -29,12 +29,13 @@ import re
 from collections.abc import Iterable
 from itertools import pairwise
 
-from store.extremes import asked_columns, column_terms, ends, extremes, timed_lines
+from store.extremes import asked_columns, column_terms, ends, extremes
 from store.notable import notable, placed, row_terms, said
 from store.notablewords import asked
 from store.postings import EAGER, Hit, Postings
 from store.tabular import tables
 from store.terms import PASSAGE_CHARS, WORD, identifiers, terms
+from store.timedlines import timed_lines
 
 __all__ = ["EAGER", "IDEAL_TERMS", "Hit", "RelevanceIndex"]
 

@@ -21,13 +21,13 @@ from store.extremes import (
     extremes,
     keyed,
     tag,
-    timed_lines,
     unit_terms,
 )
 from store.fixedwidth import fixed_tables
 from store.relevance import RelevanceIndex
 from store.tabular import tables
 from store.terms import terms
+from store.timedlines import timed_lines
 
 # `kubectl get pods -A` as printed: a restart count with a note, a long status widening
 # its column, every value under its name
