@@ -275,7 +275,7 @@ def search(index: RelevanceIndex, step: Step, related: Related | None = None) ->
                         if r[0] in own_words or (" " in r[0] and f" {r[0]} " in f" {said} ")}
                 found.append(_words_search(index, replace(step, words=q), mine))
             # each question's scores on one scale, its best word match at the best's:
-            # recall keeps matches within a share of the best (`recall.min_relative`)
+            # recall keeps matches within a share of the best (`recall.question_min_relative`)
             tops = [max((h.score for h in f if h.strength < 1.0), default=0.0) for f in found]
             for f, top in zip(found, tops, strict=True):
                 scale = max(tops) / top if top > 0 else 1.0
