@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any
 
-Row = tuple[tuple[str, ...], list[Any]]  # (probes, cells): store/cells.py's
+from store.cells import Row
 
 MIN_LINES, MIN_LABELS = 5, 2
 SHARE = 0.8  # of the lines that hold a label, for it to name a column

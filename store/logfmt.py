@@ -18,13 +18,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from store.cells import Row
+
 MIN_RECORDS, MIN_PAIRS = 5, 3
 # records enough to be a table among other lines: Ecto's `QUERY OK source="invoices"
 # db=312.4ms decode=1.9ms` between the SQL it ran and the call site
 INTERLEAVED = 20
 _PAIR = re.compile(r'(?<![^\s,;])([A-Za-z_][\w.\-/]*)=("[^"]*"|[^\s,;]*)')
 
-Row = tuple[tuple[str, ...], list[Any]]
 
 
 def logfmt_records(text: str) -> tuple[list[str], list[Row]] | None:

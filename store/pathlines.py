@@ -21,7 +21,8 @@ a backtrace's frame of the same path), which its passage holds.
 from __future__ import annotations
 
 import re
-from typing import Any
+
+from store.cells import Row
 
 MIN_LINES = 6
 _PATH_LINE = re.compile(
@@ -29,7 +30,6 @@ _PATH_LINE = re.compile(
     r"(?:\.{1,2}/)?([\w.-]+(?:/[\w.-]+)*\.[A-Za-z][\w]{0,7})(:\d+)?"  # the path, :line
     r"(?=::|:|\s|$)", re.M)
 
-Row = tuple[tuple[str, ...], list[Any]]
 
 
 def path_lines(text: str) -> tuple[list[str], list[Row]] | None:

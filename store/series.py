@@ -22,7 +22,8 @@ from typing import Any
 
 import orjson
 
-Row = tuple[tuple[str, ...], list[Any]]  # (probes, cells): store/cells.py's
+from store.cells import Row
+
 MIN_SAMPLES = 5  # samples in all, at least
 
 

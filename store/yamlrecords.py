@@ -25,12 +25,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from store.cells import Row
+
 MIN_RECORDS = 5
 _OPENS = re.compile(r"^( *)- ([A-Za-z_][\w.-]*):(?: +(.*))?$", re.MULTILINE)
 _FIELD = re.compile(r"^( *)([A-Za-z_][\w.-]*):(?: +(.*))?$")
 _BLOCK = frozenset("|>")
 
-Row = tuple[tuple[str, ...], list[Any]]
 
 
 def yaml_records(text: str) -> tuple[list[str], list[Row]] | None:
