@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+
+from store.cells import Row
 
 MIN_ROWS = 5  # rows under the header, at least
 # (header, [((the row's line,), its cells)]): store/cells.py's Table with a header
-Aligned = tuple[list[str], list[tuple[tuple[str, ...], list[Any]]]]
+Aligned = tuple[list[str], list[Row]]
 _INK = re.compile(r"\S+")
 _COLUMN = re.compile(rb"\x01+")
 _RULE = re.compile(r"^[\s\-=+|:]+$")
@@ -87,7 +88,7 @@ def _read(head: str, body: list[str]) -> Aligned | None:
             cols.append((starts[k], starts[k + 1] if k + 1 < len(starts) else b, name))
     if len(cols) < 3 or sum(1 for _, _, n in cols if n) < 3:
         return None
-    rows: list[tuple[tuple[str, ...], list[Any]]] = []
+    rows: list[Row] = []
     splits = [_RUNS.split(line.strip()) for line in body]
     full = [k for k, split in enumerate(splits) if len(split) == len(cols)]
     apart = 0  # rows with a cell for each column where their runs and positions disagree
