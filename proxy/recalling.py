@@ -101,6 +101,7 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
                         following=state.index.following if rel.step.asks else None,
                         preceding=state.index.preceding if rel.step.asks else None,
                         header=state.index.header,
+                        whole=state.index.chunk_hits if rel.step.asks else None,
                         question_similarity=(settings.question_min_similarity
                                              if rel.step.asks else None))
         if not calls:  # a question: a call it matched brings its results (proxy/results.py)

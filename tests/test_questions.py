@@ -174,13 +174,15 @@ async def test_each_question_of_two_gets_its_best_passages_before_the_others_res
 
 
 async def board_question(recall: dict[str, Any], turns: int,
-                         output: Callable[[int], tuple[str, str]], question: str) -> Any:
+                         output: Callable[[int], tuple[str, str]], question: str,
+                         policy: str = "rwoe") -> Any:
     """`turns` tool turns of a dispatch board (`output(k)`) on a 3,000-token route with
     these `recall` settings, then `question` in place of the last "Keep going.": the
     request as prepared."""
     st = Settings(store={"path": ":memory:"}, routes=[{
         "name": "t", "model": "t-*", "context_window": 3000, "max_output_tokens": 256,
-        "upstream": {"model": "openai/gpt-4o", "api_key": "unused"}, "recall": recall}])
+        "upstream": {"model": "openai/gpt-4o", "api_key": "unused"}, "recall": recall,
+        "policy": policy}])
     pipeline = Pipeline(st, MemoryStore())
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "You support dispatch."},
                                   user("Keep the board current while the fire runs.")]
@@ -228,3 +230,31 @@ async def test_a_question_keeps_matches_down_to_question_min_relative_of_its_bes
     assert min(wide) < 0.5 * max(wide)
     assert min(narrow) >= 0.5 * max(narrow)
     assert len(wide) > len(narrow)
+
+
+def roster(n: int) -> str:
+    """A shift's crew list: its header names what a question asks about, its rows only
+    names, units and roles."""
+    names = [f"{first} {last}" for last in ("Whitlock", "Ortega", "Okafor", "Duarte")
+             for first in ("Dana", "Luis", "Mae", "Ivo", "Rui", "Noor")]
+    roles = ("captain", "engineer", "medic", "firefighter")
+    return "\n".join(["CREW ROSTER  Station 4  shift B  (relief crews included)",
+                      *(f"E{41 + k // 4}   {name:<16} {roles[k % 4]}"
+                        for k, name in enumerate(names))])
+
+
+async def test_a_question_clearly_matching_a_small_output_brings_all_of_it() -> None:
+    """The question matches the roster's header; its last rows, the next passage, hold
+    none of its words. The whole roster comes back (the oldest out first: `truncate` keeps
+    nothing for its relevance), as one event whose reason counts the passages it
+    brought; the question's other matches, records of a large board, come alone."""
+    asked = await board_question({}, 24, lambda n: ("read_file", roster(n)) if n == 1
+                                 else ("unit_status", units(n)),
+                                 "Who was on the crew roster for Station 4 shift B?",
+                                 policy="truncate")
+    recalled = {e.chunk_id: e.reason for e in asked.events if e.action == "recall"}
+    sent = json.dumps(asked.body["messages"])
+    assert "Dana Whitlock" in sent and "Noor Duarte" in sent  # the roster's last row too
+    roster_event = next(r for r in recalled.values() if "more passage" in r)
+    assert roster_event.startswith("lexical match 1.00")
+    assert sum("more passage" in r for r in recalled.values()) == 1

@@ -421,3 +421,38 @@ def test_a_passages_record_opening_counts_in_its_cost_before_weaker_passages_fil
                   query=query, min_relevance=0.1, min_relative=0.0, top_k=4, budget=10_000,
                   count=COUNT, preceding=lambda c, n: texts[(c, n - 1)])
     assert [r.hit.text for r in both] == [note, other, prev]
+
+
+def test_a_clear_match_in_a_small_output_brings_the_rest_of_it() -> None:
+    """The question matches the header of a small table (its column names); the row that
+    answers it, two passages down, holds none of its words. A clear match (strength 0.5
+    or more) among a question's first four brings the whole output back when it is at
+    most WHOLE_SHARE of the budget; a weak one, or an output too large, brings only the
+    passage that matched."""
+    rows = "\n".join(f"C{7000 + i}   {12 + i:>3}   {40 + 3 * i:>8.2f}   {900 + 11 * i:>9.2f}"
+                     for i in range(24))
+    table = "customer_id  tenure_months  monthly_charges  total_charges\n" + rows
+    idx = RelevanceIndex()
+    idx.add("bills", table)
+    every = idx.chunk_hits("bills")
+    assert len(every) >= 3
+    answer = "C7023"  # the last row: the biggest monthly charge
+    assert answer not in every[0].text
+    meta = {"bills": ChunkMeta(3, "tool", "TRANSIENT")}
+    question = "What was the single biggest monthly bill anyone had?"
+
+    def chosen(strength: float, budget: int) -> list[Any]:
+        head = Hit("bills", 0, every[0].text, 6.0, strength)
+        return select([head], {"bills"}, meta, query=question, min_relevance=0.1,
+                      min_relative=0.5, top_k=30, budget=budget, count=COUNT,
+                      whole=idx.chunk_hits)
+
+    size = sum(len(h.text) for h in every)
+    budget = int(size / 0.35) + 200
+    got = chosen(0.8, budget)
+    assert [r.hit.piece for r in got] == list(range(len(every)))
+    assert answer in render(got)
+    assert got[1].why.startswith("the rest of a small output")
+    assert sum(r.tokens for r in got) <= budget
+    assert [r.hit.piece for r in chosen(0.3, budget)] == [0]  # a weak match
+    assert [r.hit.piece for r in chosen(0.8, int(size / 0.35) - 200)] == [0]  # too large
