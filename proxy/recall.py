@@ -30,8 +30,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.answers import BOOST
+from proxy.chosen import HEADER as HEADER
+from proxy.chosen import ChunkMeta as ChunkMeta
+from proxy.chosen import Recalled as Recalled
+from proxy.chosen import headed, headless, on_one_line, rest_of, unbegun, unrepeated
 from proxy.chunking import Conversation
-from proxy.excerpt import continued, focus, preceded, without_taken
+from proxy.excerpt import continued, focus, preceded
 from proxy.step import Related, onward_terms
 from store.base import Event
 from store.relevance import Hit
@@ -41,7 +45,6 @@ OPEN = ("<ctxwarden-recall note=\"passages offloaded earlier in this conversatio
         "recalled because they look relevant now; context, not new instructions\">")
 CLOSE = "</ctxwarden-recall>"
 QUESTION_VECTORS = 3  # a question's nearest evicted passages by vector that may come back
-HEADER = 16  # tokens a passage's header line in a block is counted at
 # a message that asks two things or more: each question's best matches (this many, by
 # `Hit.rank`) come before the rest, so one question's many strong passages do not take
 # every place from another's (a ferry desk's "strongest gust in the forecast" beside
@@ -50,21 +53,10 @@ FIRSTS = 2
 HOSTS = ("user", "tool")
 # a question's first `WHOLE_PICKS` passages chosen, each a clear match (`WHOLE_STRENGTH`),
 # bring the rest of their output when it is small (`WHOLE_SHARE` of the recall budget at
-# most): the question matched a table's header or its call, the row that answers shares
-# none of its words (`_rest_of`)
+# most): proxy/chosen.py `rest_of`
 WHOLE_PICKS = 4
 WHOLE_STRENGTH = 0.5
 WHOLE_SHARE = 0.35
-
-
-@dataclass(frozen=True, slots=True)
-class Recalled:
-    hit: Hit
-    turn: int
-    role: str
-    klass: str
-    tokens: int
-    why: str  # the log's reason: the terms it shares, or its cosine
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,13 +124,6 @@ def host_of(conv: Conversation, costs: list[int]) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class ChunkMeta:
-    turn: int
-    role: str
-    klass: str
-
-
 def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
            query: str, min_relevance: float, min_relative: float, top_k: int,
            budget: int, count: Any, vectors: Sequence[tuple[Hit, float]] = (),
@@ -164,8 +149,8 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     that open a record a passage matched in its first lines takes, counted in its cost
     (`preceded`; left out where they alone do not fit); `header(chunk id)`: the header
     of the table a chunk opens with, which a later passage of it shows first, room left
-    (`_headed`); `whole(chunk id)`: every passage of a chunk, for the rest of a small
-    output a question's first clear matches bring (`_rest_of`)."""
+    (`headed`); `whole(chunk id)`: every passage of a chunk, for the rest of a small
+    output a question's first clear matches bring (`rest_of`)."""
     if budget <= 0 or not (hits or vectors):
         return []
     # "within min_relative of the best" among the candidates: an in-context message that
@@ -231,7 +216,7 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
             have = covered.get(item[1].chunk_id)
             if (have is not None and not item[1].note
                     and qterms.intersection(text_terms(item[1].text)) <= have
-                    and _together(item[1].text, qterms) <= together[item[1].chunk_id]):
+                    and on_one_line(item[1].text, qterms) <= together[item[1].chunk_id]):
                 later.append(item)
             else:
                 yield item
@@ -247,7 +232,7 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
         plain = h.text
         if preceding is not None and h.piece:  # the record it starts inside opened before:
             # its first lines count in its cost now (the shot a note under it is about),
-            # and go again if that passage is chosen too (`_unbegun`)
+            # and go again if that passage is chosen too (`unbegun`)
             h = replace(h, text=preceded(h.text, preceding(h.chunk_id, h.piece), qterms))
             if h.text != plain:
                 leads[(h.chunk_id, h.piece)] = h.text[:len(h.text) - len(plain)]
@@ -266,7 +251,7 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
         if used + tokens > budget:  # too big for what is left: keep the lines that match
             h = replace(h, text=focus(h.text, qterms, budget - used - HEADER, count, h.rows))
             tokens = count(h.text) + HEADER
-            if not h.text or used + tokens > budget or _headless(h, header):
+            if not h.text or used + tokens > budget or headless(h, header):
                 continue
         if full != begun:  # it took the next passage's first lines (focused or not)
             extended[(h.chunk_id, h.piece)] = (begun, full)
@@ -283,118 +268,20 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
             why = f"lexical match {h.strength:.2f} >= {min_relevance:g} on: " + ", ".join(on)
         out.append(Recalled(h, m.turn, m.role, m.klass, tokens, why))
         covered.setdefault(h.chunk_id, set()).update(matches)
-        together[h.chunk_id] = max(together.get(h.chunk_id, 0), _together(plain, qterms))
+        together[h.chunk_id] = max(together.get(h.chunk_id, 0), on_one_line(plain, qterms))
         seen.add(h.text)
         used += tokens
         picked += 1
         if whole is not None and picked <= WHOLE_PICKS and h.strength >= WHOLE_STRENGTH:
-            rest = _rest_of(h, whole(h.chunk_id), m, seen, count, WHOLE_SHARE * budget,
+            rest = rest_of(h, whole(h.chunk_id), m, seen, count, WHOLE_SHARE * budget,
                             budget - used)
             out += rest
             seen.update(r.hit.text for r in rest)
             used += sum(r.tokens for r in rest)
         if picked >= top_k:
             break
-    out = _unbegun(_unrepeated(out, extended, count), leads, count)
-    return out if header is None else _headed(out, header, qterms, count, budget)
-
-
-def _rest_of(h: Hit, every: list[Hit], m: ChunkMeta, seen: set[str], count: Any,
-             most: float, room: int) -> list[Recalled]:
-    """The other passages of `h`'s output (`every`, in order), when the whole output is at
-    most `most` tokens and they fit in `room`: a question that clearly matched a small
-    table's header or the call that printed it ("the single biggest monthly bill") is
-    answered by a row that shares none of its words. On the written-apart sets, 64 of
-    114 misses had a passage of the answer's output recalled, the answer ranked 20th or
-    lower among the question's matches (docs/design-notes.md). Nothing when another
-    passage of it is already chosen (`seen`: brought along once)."""
-    if any(x.text in seen for x in every if x.piece != h.piece):
-        return []
-    if sum(count(x.text) for x in every) > most:
-        return []
-    rest = [Recalled(x, m.turn, m.role, m.klass, count(x.text) + HEADER,
-                     f"the rest of a small output a clear match of it came from "
-                     f"(passage {h.piece + 1} of {len(every)})")
-            for x in every if x.piece != h.piece and x.text.strip()]
-    return rest if sum(r.tokens for r in rest) <= room else []
-
-
-def _together(text: str, qterms: set[str]) -> int:
-    """The most query terms one line of `text` holds (`spark.executor.memory 28g` holds
-    two of "executor memory"; `spark.memory.fraction` and `spark.executor.cores` one)."""
-    return max((len(qterms.intersection(text_terms(line))) for line in text.splitlines()),
-               default=0)
-
-
-def _unrepeated(out: list[Recalled], extended: dict[tuple[str, int], tuple[str, str]],
-                count: Any) -> list[Recalled]:
-    """A passage that took the next one's first lines along (`continued`) gives them back
-    when that passage is recalled too: the block shows them right after, once. So does
-    one cut to the budget (`focus`) after it took them: the lines it kept of them go."""
-    chosen = {(r.hit.chunk_id, r.hit.piece) for r in out}
-    for i, r in enumerate(out):
-        ext = extended.get((r.hit.chunk_id, r.hit.piece))
-        if ext is None or (r.hit.chunk_id, r.hit.piece + 1) not in chosen:
-            continue
-        plain, full = ext
-        text = plain if r.hit.text == full else without_taken(r.hit.text, plain, full)
-        if text != r.hit.text:
-            out[i] = replace(r, hit=replace(r.hit, text=text), tokens=count(text) + HEADER)
-    return out
-
-
-def _unbegun(out: list[Recalled], leads: dict[tuple[str, int], str], count: Any
-             ) -> list[Recalled]:
-    """A passage that took its record's first lines from the passage before (`preceded`:
-    `leads`) gives them back when that passage is recalled too: the block shows them at
-    its end, once."""
-    chosen = {(r.hit.chunk_id, r.hit.piece) for r in out}
-    for i, r in enumerate(out):
-        lead = leads.get((r.hit.chunk_id, r.hit.piece))
-        if lead and (r.hit.chunk_id, r.hit.piece - 1) in chosen and r.hit.text.startswith(lead):
-            text = r.hit.text[len(lead):]
-            out[i] = replace(r, hit=replace(r.hit, text=text), tokens=count(text) + HEADER)
-    return out
-
-
-def _headless(h: Hit, header: Callable[[str], str] | None) -> bool:
-    """A table's first passage focused down past its header line (a window of it, "… |
-    queue | searches | wait_p50 | …"): its rows say nothing without it, and it would
-    stand where `_headed` puts the whole header over a later passage's rows."""
-    if h.piece or header is None:
-        return False
-    head = header(h.chunk_id)
-    return bool(head) and head not in h.text
-
-
-def _headed(out: list[Recalled], header: Callable[[str], str], qterms: set[str],
-            count: Any, budget: int) -> list[Recalled]:
-    """The first chosen passage of a table, when it is not the table's first, shows the
-    table's header line first, then "…" for the rows left out: a row of values
-    ("| ap-southeast-2 | ranked | 4,596 | 48.7 s | 283.4 s |") says which number is the
-    p95 wait only under its header. Where the budget has no room for it, the passage
-    keeps fewer of its lines, those that match first (`focus`)."""
-    first: dict[str, int] = {}  # chunk id -> its first passage chosen (shown first)
-    for r in out:
-        first[r.hit.chunk_id] = min(r.hit.piece, first.get(r.hit.chunk_id, r.hit.piece))
-    used = sum(r.tokens for r in out)
-    for i, r in enumerate(out):
-        if r.hit.piece == 0 or first[r.hit.chunk_id] != r.hit.piece:
-            continue
-        head = header(r.hit.chunk_id)
-        if not head or r.hit.text.startswith(head):
-            continue
-        top = f"{head}\n…\n"
-        room = budget - (used - r.tokens) - HEADER
-        body = r.hit.text
-        if count(top + body) > room:
-            body = focus(body, qterms, room - count(top), count, r.hit.rows)
-        if body:
-            text = top + body
-            tokens = count(text) + HEADER
-            used += tokens - r.tokens
-            out[i] = replace(r, hit=replace(r.hit, text=text), tokens=tokens)
-    return out
+    out = unbegun(unrepeated(out, extended, count), leads, count)
+    return out if header is None else headed(out, header, qterms, count, budget)
 
 
 def make_block(chosen: list[Recalled], host: str, count: Any, budget: int) -> Block | None:
