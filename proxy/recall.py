@@ -100,9 +100,19 @@ class RecallResult:
 
 
 def render(passages: list[Recalled]) -> str:
+    """The block: each passage under its chunk's header line, in conversation order. A
+    passage that follows the one before it in its chunk goes on under the same header:
+    passages are cut by length, and a value cut in two at a minified record's comma
+    ("1," / "220.05") read apart by a header line between its halves."""
     lines = [OPEN]
+    last: Recalled | None = None
     for r in sorted(passages, key=lambda r: (r.turn, r.hit.chunk_id, r.hit.piece)):
-        lines.append(f"[chunk {r.hit.chunk_id}, turn {r.turn}, {r.role}]\n{r.hit.text}")
+        if last is not None and (last.hit.chunk_id, last.hit.piece + 1) == (
+                r.hit.chunk_id, r.hit.piece):
+            lines[-1] += r.hit.text
+        else:
+            lines.append(f"[chunk {r.hit.chunk_id}, turn {r.turn}, {r.role}]\n{r.hit.text}")
+        last = r
     lines.append(CLOSE)
     return "\n".join(lines)
 

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from proxy.excerpt import continued, focus, preceded
-from proxy.recall import ChunkMeta, render, select
+from proxy.recall import ChunkMeta, Recalled, render, select
 from proxy.step import onward_terms
 from store.relevance import Hit, RelevanceIndex
 from store.terms import terms
@@ -456,3 +456,25 @@ def test_a_clear_match_in_a_small_output_brings_the_rest_of_it() -> None:
     assert sum(r.tokens for r in got) <= budget
     assert [r.hit.piece for r in chosen(0.3, budget)] == [0]  # a weak match
     assert [r.hit.piece for r in chosen(0.8, int(size / 0.35) - 200)] == [0]  # too large
+
+
+def test_passages_that_follow_each_other_read_on_under_one_header() -> None:
+    """Passages are cut by length: a minified record's long line is cut after a comma,
+    which can be inside a value ("1," / "220.05"). Recalled together, the passages of one
+    output that follow each other go on under one header line, so the value reads whole;
+    one that does not follow gets its own."""
+    head, tail = '{"offers": [{"flight": "LH2833", "notes": "', '", "total": "1'
+    record = head + "x" * (396 - len(head) - len(tail)) + tail + ',220.05"}'  # its "," at 396
+    idx = RelevanceIndex()
+    idx.add("fares", record + ', {"flight": "TK1822", "total": "980.40"}' * 30)
+    every = idx.chunk_hits("fares")
+    assert every[0].text.endswith('"1,') and every[1].text.startswith('220.05"')
+    meta = ChunkMeta(2, "tool", "TRANSIENT")
+
+    def block(pieces: list[int]) -> str:
+        return render([Recalled(every[k], meta.turn, meta.role, meta.klass, 0, "")
+                       for k in pieces])
+
+    together = block([1, 0])
+    assert '"total": "1,220.05"' in together and together.count("[chunk fares,") == 1
+    assert block([0, 2]).count("[chunk fares,") == 2
