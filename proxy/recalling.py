@@ -83,6 +83,10 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
     top_k = (settings.question_top_k * max(1, len(questions(rel.step.query)))
              if rel.step.asks else settings.top_k)
 
+    def unshown(chunk_id: str) -> list[Hit]:
+        """A chunk's passages but those a kept block shows already."""
+        return [x for x in state.index.chunk_hits(chunk_id) if (chunk_id, x.piece) not in shown]
+
     def choose(recallable: set[str]) -> list[Recalled]:
         chosen = select([h for h in rel.hits if (h.chunk_id, h.piece) not in shown],
                         recallable, state.meta, query=query,
@@ -101,7 +105,7 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
                         following=state.index.following if rel.step.asks else None,
                         preceding=state.index.preceding if rel.step.asks else None,
                         header=state.index.header,
-                        whole=state.index.chunk_hits if rel.step.asks else None,
+                        whole=unshown if rel.step.asks else None,
                         question_similarity=(settings.question_min_similarity
                                              if rel.step.asks else None))
         if not calls:  # a question: a call it matched brings its results (proxy/results.py)
