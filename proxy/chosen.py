@@ -46,12 +46,16 @@ def rest_of(h: Hit, every: list[Hit], m: ChunkMeta, seen: set[str], count: Any,
     passage of it is already chosen (`seen`: brought along once)."""
     if any(x.text in seen for x in every if x.piece != h.piece):
         return []
-    if sum(count(x.text) for x in every) > most:
-        return []
-    rest = [Recalled(x, m.turn, m.role, m.klass, count(x.text) + HEADER,
+    sizes, total = [], 0
+    for x in every:  # counted until over: a long log's passages are not all counted
+        sizes.append(count(x.text))
+        total += sizes[-1]
+        if total > most:
+            return []
+    rest = [Recalled(x, m.turn, m.role, m.klass, n + HEADER,
                      f"the rest of a small output a clear match of it came from "
                      f"(passage {h.piece + 1} of {len(every)})")
-            for x in every if x.piece != h.piece and x.text.strip()]
+            for x, n in zip(every, sizes, strict=True) if x.piece != h.piece and x.text.strip()]
     return rest if sum(r.tokens for r in rest) <= room else []
 
 
