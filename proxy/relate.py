@@ -11,7 +11,8 @@ words do not clearly match one or two evicted chunks (`_clear`); back to back th
 embedder lags and no question waits. Nothing else blocks on a model. The feeder
 lands each batch's rows in the passages' own session (store/vectors.py): the request path
 looks nothing up in the embedder's cache. What the agent said right after reading tool
-outputs counts for those outputs in RWOE's similarity (`_read_from`).
+outputs counts for those outputs in RWOE's similarity (`_read_from`), and the step's own
+chunks count 1.0 there: the proposal a reply answers is what the turn is about.
 """
 
 from __future__ import annotations
@@ -111,8 +112,10 @@ class Relater:
                 meta[p.chunk.id] = ChunkMeta(p.chunk.turn, p.role, p.chunk.klass.value)
         index.mark()
         hits = search(index, step, related)
-        rel = Relevance(step, hits, _read_from(conv, index.chunk_scores(hits)),
-                        related=related)
+        similarity = index.chunk_scores(hits)
+        for cid in step.source:  # the step itself: the proposal a reply answers
+            similarity[cid] = 1.0
+        rel = Relevance(step, hits, _read_from(conv, similarity), related=related)
         if index.waiting or index.unexamined:
             self._drain_later(index)
         if self.embedder is None or vectors is None:

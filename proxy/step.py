@@ -33,7 +33,8 @@ class Step:
     or a later user message than the opening goal, which every tool output relates to);
     all its words count. `ids_from`: when the list ends in tool results, their text; only
     their rare identifiers count. `source`: the chunks the step came from, left out of
-    the matches (a question always matches itself best)."""
+    the matches (a question always matches itself best) and at 1.0 in RWOE's similarity
+    (proxy/relate.py)."""
 
     words: str
     ids_from: str

@@ -606,6 +606,34 @@ async def test_a_reply_recalls_what_the_proposal_it_confirms_needs(
     assert "credit_card_4421486" in sent[-1]["content"]
 
 
+async def test_a_reply_keeps_the_proposal_it_answers_in_place(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    """"Yes, go ahead" is about the agent's proposal: that message is the step itself, so
+    it ranks as most relevant and stays in place, whole. It used to get no similarity
+    at all (a step's source is left out of its own matches) and went first among the
+    agent's messages, while older options that share its words stayed."""
+    client = await aiohttp_client(init_app(settings(upstream), store=NoSearchStore()))
+    history: list[dict[str, Any]] = [{"role": "system", "content": "You book flights."},
+                                     user("Move my IAH to SEA trip to May 24, in business.")]
+    for k in range(30):
+        history += [assistant(f"Option {k}: flight HAT{100 + k} from IAH on May 24 in "
+                              f"business, fare ${700 + k}, one stop in Las Vegas. " * 4),
+                    user(f"Option {k} is over my budget. Anything cheaper?")]
+    legs = " ".join(f"Leg {j}: flight HAT{286 + j} from IAH on May 24 in business, fare "
+                    f"${897 + j}, seat {j + 1}A, one stop in Las Vegas." for j in range(12))
+    proposal = assistant(f"To confirm the new itinerary. {legs} The difference is charged to "
+                         "the Visa ending in 7447. Shall I proceed?")  # over the room left
+    for end in range(4, len(history) + 1, 2):
+        await post(client, history[:end])
+    await post(client, [*history, proposal, user("Yes, please proceed.")])
+    sent = upstream.history[-1].body["messages"]
+    assert sent[-2] == proposal
+    evicted = [e for e in (await (await client.get(
+        "/admin/evictions", params={"session": "s-1"})).json())["events"]
+        if e["action"] == "evict" and e["preview"].startswith("Option")]
+    assert evicted  # the premise: the older options do not all fit
+
+
 class EmbeddingStore(MemoryStore):
     """A MemoryStore with an embedder, as a LanceStore has one."""
 
