@@ -135,6 +135,7 @@ class Chunker:
         first_user = next((i for i, p in enumerate(parts) if p.role == "user"), None)
         last_user = next(
             (i for i in range(len(parts) - 1, -1, -1) if parts[i].role == "user"), None)
+        dead = _dead_calls(conv)
         for i, p in enumerate(parts):
             c = p.chunk
             if p.role in ("system", "developer") or i == first_user:
@@ -143,11 +144,11 @@ class Chunker:
                 c.klass = S
             elif p.role == "assistant":
                 results = conv.groups.get(i)
-                if results and all(parts[j].info.is_error for j in results):
+                if i in dead:
                     c.klass = E  # a failed branch: every call it made errored
                 else:
                     c.klass = T if results is not None or not p.info.text else S
-            elif p.info.is_error or i in superseded:
+            elif (p.info.is_error and p.group in dead) or i in superseded:
                 c.klass = E
             elif p.info.log_like and c.tokens >= self.settings.bulky_tokens:
                 c.klass = E
@@ -196,6 +197,24 @@ def _tail(conv: Conversation, last_user: int | None) -> list[int]:
         tail.append(last.group)
         tail.extend(conv.groups.get(last.group, ()))
     return tail
+
+
+def _dead_calls(conv: Conversation) -> set[int]:
+    """Failed branches: calls every result of which errored, once a later call of the same
+    tool has succeeded. Until then the agent is still at it: its next call retries with
+    those arguments (tau-bench: the reservation, flights and payment ids of an update the
+    airline refused)."""
+    parts = conv.parts
+    dead: set[int] = set()
+    worked: set[str | None] = set()  # tools that succeeded after the call being looked at
+    for head in sorted(conv.groups, reverse=True):
+        results = conv.groups[head]
+        if results and all(parts[j].info.is_error for j in results):
+            if {parts[j].tool_name for j in results} & worked:
+                dead.add(head)
+        else:
+            worked |= {parts[j].tool_name for j in results if not parts[j].info.is_error}
+    return dead
 
 
 def _superseded(messages: Sequence[dict[str, Any]], conv: Conversation) -> set[int]:

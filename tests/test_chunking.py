@@ -45,12 +45,24 @@ def test_classes_follow_the_design_table() -> None:
         P,  # first user message: the goal
         T,  # intermediate assistant call
         E,  # superseded: the same call is made again at the tail
-        E,  # a call whose every result failed
-        E,  # failed tool result
+        T,  # a call whose every result failed, and no later search worked: still live
+        T,  # its failed result
         S,  # final assistant answer
         P,  # latest user message
         P, P,  # the last tool group, answered now
     ]
+
+
+def test_a_failed_call_is_a_dead_branch_once_a_later_call_of_its_tool_works() -> None:
+    """EPHEMERAL is for what the agent has got past. Until a later call of the same tool
+    succeeds, a failed one is what the agent retries (tau-bench: an update the airline
+    refused, redone with the same reservation, flights and payment ids)."""
+    retried = [*AGENT[:6], assistant(None, call("c4", "search", '{"from": "EWR"}')),
+               tool("c4", '{"flights": ["HAT001"]}'), *AGENT[6:]]
+    assert classes(split(retried))[4:8] == [E, E, T, T]
+    failed_again = [*AGENT[:6], assistant(None, call("c4", "search", '{"from": "EWR"}')),
+                    tool("c4", "Error: service unavailable"), *AGENT[6:]]
+    assert classes(split(failed_again))[4:8] == [T, T, T, T]
 
 
 def test_horizon_is_one_past_the_last_evictable_message() -> None:
