@@ -63,7 +63,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from bench import agentgen
+from bench import agentgen, tauall
 from bench.agentgen import FACT_KINDS, Fact, Session
 from bench.harness import ROOT, HttpTarget, ProxyProcess, drain, free_port
 from bench.prefix import bounds
@@ -721,17 +721,19 @@ async def run(quick: bool = False, policies: tuple[str, ...] = POLICIES, pause: 
     long_kb = statistics.fmean(len(orjson.dumps(s.messages)) / 1024 for s in w.long)
     allows = {"tau-bench": bounds([t["traj"] for t in w.tau], meter, TAU_WINDOW - TAU_MAX_OUT),
               "generated": bounds([s.messages for s in w.b2b], meter, WINDOW - MAX_OUT)}
+    held = await tauall.measure(TAU, tuple(r.policy for r in ran), TAU_WINDOW,
+                                16 if quick else None)
     took = time.perf_counter() - t0
     md = "\n".join([
         describe(w, plan, pause, meter), "",
         "Against the issue's targets (RWOE's numbers; every policy's below):", "",
-        verdicts(ran, o_tau.hit_rate, allows), *notes, "",
+        verdicts(ran, o_tau.hit_rate, allows), *tauall.verdict(held), *notes, "",
         "### Facts kept in agent loops", "", loop_table(ran, oracle_b2b), "",
         misses_md(ran), "",
         "### Cold whole histories (question last, sent for the first time)", "",
         cold_table(ran, oracle_cold, long_kb, len(w.long[0].messages)), "",
         f"### tau-bench at {TAU_WINDOW:,} tokens, through the app", "",
-        tau_table(ran, o_tau, cut), "",
+        tau_table(ran, o_tau, cut), "", tauall.table(held, TAU_WINDOW), "",
         "Waits for the proxies' background work to finish (chunks and passages to embed, log "
         f"records to replay; at most {plan.warm_s:g} s after the warm-up and the paced run, "
         f"{plan.drain_s:g} s after back to back), so no proxy measures on cores another's "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -189,3 +190,22 @@ def test_prefix_bounds_follow_their_definitions() -> None:
     assert ceiling == pytest.approx((1 - (totals[1] - totals[0]) / totals[1]
                                      + 1 - (totals[2] - totals[1]) / totals[2]
                                      + 1 - new4 / budget) / 3)
+
+
+async def test_every_tau_trajectory_is_counted_per_block_and_in_all(tmp_path: Path) -> None:
+    """bench/tauall.py: blocks of 40 in order, and the overall rate is the pooled one (not
+    a mean of the blocks' rates)."""
+    from bench import tauall
+    from bench.agentloop import TAU, TAU_WINDOW
+
+    trajs = json.loads(TAU.read_text())[:42]
+    path = tmp_path / "tau.json"
+    path.write_text(json.dumps(trajs))
+    held = await tauall.measure(path, ("rwoe", "truncate"), TAU_WINDOW)
+    rw = held[0]
+    assert [s.trajectories for s in rw.blocks] == [40, 2]
+    pooled = 1 - sum(s.misses for s in rw.blocks) / sum(s.reused for s in rw.blocks)
+    assert rw.hit_rate == pooled
+    table = tauall.table(held, TAU_WINDOW)
+    assert "| 0-39 | 40-41 |" in table and "| rwoe | " in table
+    assert tauall.verdict(held)[0].startswith("- tau-bench reference hits over all 42")
