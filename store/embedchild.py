@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from store.embedonnx import onnx_query
+from store.embedlean import lean_model
+from store.embedonnx import cached_file, onnx_query
 from store.embedquery import traced_query
 
 CAN_PAUSE = sys.platform.startswith("linux")  # PR_SET_PDEATHSIG: the module docstring
@@ -91,6 +92,21 @@ def _in_bf16(st: Any, torch: Any, precision: str) -> Any:
     return fast
 
 
+def _lean(model: str, precision: str) -> tuple[Any, int] | None:
+    """After the first start, where the export and its reference vectors are cached: the
+    model without torch (store/embedlean.py; ~360 MB less), warmed up; else None."""
+    if precision != "float32":
+        return None
+    try:
+        lean = lean_model(model, str(cached_file(model)), URGENT_THREADS)
+        if lean is not None:
+            for n in range(1, QUERY_WORDS + 1):  # as below: each length's first run
+                lean[0](["word " * n], URGENT_THREADS)
+        return lean
+    except Exception:
+        return None
+
+
 def child_main(conn: Connection, model: str, batch_size: int,
                precision: str = PRECISION) -> None:
     """Load the model once, then answer (job id, texts, urgent) with (job id, "ok",
@@ -112,6 +128,11 @@ def child_main(conn: Connection, model: str, batch_size: int,
         TqdmDefaultWriteLock.mp_lock = None
     except ImportError:
         pass
+    lean = _lean(model, precision)
+    if lean is not None:
+        conn.send(("ready", (lean[1], "float32", "onnx-only"), os.getpid()))
+        _serve(conn, lean[0])
+        return
     try:
         import torch
         from sentence_transformers import SentenceTransformer
@@ -156,6 +177,11 @@ def child_main(conn: Connection, model: str, batch_size: int,
         with contextlib.suppress(Exception):
             conn.send(("fatal", f"{type(exc).__name__}: {exc}"[:500], os.getpid()))
         return
+    _serve(conn, encode)
+
+
+def _serve(conn: Connection, encode: Any) -> None:
+    """Answer (job id, texts, urgent) with (job id, "ok", vectors) until the pipe closes."""
     while True:
         try:
             msg = conn.recv()

@@ -12,7 +12,9 @@ The export (`torch.onnx.export`, ~1.6 s) is kept in a cache directory, one file 
 and library versions (`$CTXWARDEN_CACHE_DIR`, else `$XDG_CACHE_HOME/ctxwarden`, else
 `~/.cache/ctxwarden`), written whole then renamed, so a second child starting at the same
 time reads a complete file or writes its own. A cache that cannot be written costs the
-export at every start, nothing else. Like the traced model, it is built only for
+export at every start, nothing else. Beside the export go the vectors `encode` gave for
+the sample texts it was checked on: with both, the next start runs without torch (store/
+embedlean.py). Like the traced model, it is built only for
 all-MiniLM-L6-v2's shape (Transformer, mean Pooling, Normalize) and used only if its
 vectors for the sample texts agree with `encode`'s (`AGREEMENT`); anything else (no
 onnxruntime, an export error) leaves the traced model.
@@ -31,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from store.embedlean import remember
 from store.embedquery import AGREEMENT, mean_pooled
 
 OPSET = 17
@@ -92,15 +95,18 @@ def _build(st: Any, torch: Any, model: str, samples: Sequence[str], threads: int
     exact = np.asarray(st.encode(list(samples), normalize_embeddings=True,
                                  show_progress_bar=False), dtype=np.float32)
     near = np.concatenate([one(s) for s in samples])
-    return one if float(np.min(np.sum(exact * near, axis=1))) >= AGREEMENT else None
+    if float(np.min(np.sum(exact * near, axis=1))) < AGREEMENT:
+        return None
+    if isinstance(source, str):  # the next start can check the export without torch
+        remember(source, samples, exact)
+    return one
 
 
 def _exported(st: Any, torch: Any, model: str, prepare: Callable[[list[str]], Any]
               ) -> str | bytes:
     """The transformer in ONNX: the cached file's path, else exported (and cached; its
     bytes where the cache cannot be written)."""
-    key = _key(model, *(version(p) for p in ("torch", "onnx", "onnxruntime")))
-    path = cache_dir() / f"query-{key}.onnx"
+    path = cached_file(model)
     if path.is_file():
         return str(path)
     bert = st[0].auto_model.eval()
@@ -132,6 +138,12 @@ def _exported(st: Any, torch: Any, model: str, prepare: Callable[[list[str]], An
     except OSError:
         return data
     return str(path)
+
+
+def cached_file(model: str) -> Path:
+    """Where `model`'s export is cached (torch is not imported to say so)."""
+    key = _key(model, *(version(p) for p in ("torch", "onnx", "onnxruntime")))
+    return cache_dir() / f"query-{key}.onnx"
 
 
 def _key(model: str, *versions: str) -> str:

@@ -66,7 +66,8 @@ class EmbedProcess(ChildLife, JobQueues):
         self.batch_size = batch_size
         self.precision = precision  # asked for; the child's own is `computes` once ready
         self.computes: str | None = None
-        self.queries: str | None = None  # a question alone: "onnx", "traced" or "eager"
+        # a question alone: "onnx", "traced" or "eager"; "onnx-only": no torch at all
+        self.queries: str | None = None
         self.max_queued = max_queued  # texts waiting, both queues together
         self._resolve = resolve
         self._cond = threading.Condition()

@@ -134,7 +134,7 @@ async def test_a_question_alone_goes_through_onnx_runtime_with_encodes_vector(
     emb = get_embedder("local", "all-MiniLM-L6-v2")
     assert isinstance(emb, SentenceTransformerEmbedder)
     await asyncio.gather(emb.load(), own.load())
-    assert emb.process.queries == "onnx"
+    assert emb.process.queries in ("onnx", "onnx-only")  # torch-free once cached
     stamp = time.time()
     texts = [f"Which purchase order brings in the restock from the Vietnamese factory {stamp}?",
              " ".join(f"row {i}: sku=GLV-{i:03d} qty={i * 7} {stamp}" for i in range(150))]
@@ -148,27 +148,61 @@ async def test_a_question_alone_goes_through_onnx_runtime_with_encodes_vector(
 async def test_the_onnx_export_is_kept_for_the_next_start(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The child exports the model to ONNX once and keeps it in `CTXWARDEN_CACHE_DIR`
-    (store/embedonnx.py); a child started later reads that file, not exporting again,
-    and one that finds it spoiled exports it again."""
+    (store/embedonnx.py) with the vectors `encode` gave for its reference texts; a child
+    started later runs from those files without torch (store/embedlean.py), exporting
+    nothing, and one that finds the export spoiled goes the torch way and exports it
+    again."""
     monkeypatch.setenv("CTXWARDEN_CACHE_DIR", str(tmp_path / "cache"))
-    for start in range(3):
+    for start, way in enumerate(("onnx", "onnx-only", "onnx")):
+        cache = tmp_path / "cache"
         if start == 2:
-            (spoiled,) = (tmp_path / "cache").iterdir()
+            (spoiled,) = cache.glob("*.onnx")
             spoiled.write_bytes(b"not a model")
         emb = SentenceTransformerEmbedder("all-MiniLM-L6-v2")  # a child of its own
         try:
             await emb.load()
-            assert emb.process.queries == "onnx"
+            assert emb.process.queries == way
         finally:
             emb.close()
-        kept = list((tmp_path / "cache").iterdir())
-        assert [p.suffix for p in kept] == [".onnx"] and kept[0].name.startswith("query-")
+        (model,) = cache.glob("query-*.onnx")
+        assert sorted(p.name for p in cache.iterdir()) == [model.name,
+                                                           model.stem + ".ref.npz"]
         if start == 0:
-            first = kept[0].stat().st_mtime_ns
+            first = model.stat().st_mtime_ns
         elif start == 1:
-            assert kept[0].stat().st_mtime_ns == first
+            assert model.stat().st_mtime_ns == first
         else:
-            assert kept[0].read_bytes() != b"not a model"
+            assert model.read_bytes() != b"not a model"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/<pid>/maps")
+async def test_a_child_started_from_the_cache_runs_without_torch_and_gives_its_vectors(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Torch and sentence-transformers are ~360 MB of the child. Once the export and its
+    reference vectors are cached, a child loads neither (no libtorch among its mapped
+    files) and gives the torch child's vectors: a question alone, and a batch of texts
+    of every length (empty, blank-edged, past the model's 256 tokens)."""
+    monkeypatch.setenv("CTXWARDEN_CACHE_DIR", str(tmp_path / "cache"))
+    texts = ["Which purchase order brings in the restock from the Vietnamese factory?", "",
+             "  blank at both ends  ", "ünïcödé テキスト текст",
+             " ".join(f"row {i}: sku=GLV-{i:03d} qty={i * 7}" for i in range(150)),
+             *(f"passage {i}: " + "word " * (9 * i) for i in range(12))]
+    got = {}
+    for way in ("onnx", "onnx-only"):
+        emb = SentenceTransformerEmbedder("all-MiniLM-L6-v2")
+        try:
+            await emb.load()
+            assert emb.process.queries == way
+            maps = Path(f"/proc/{child_pid(emb)}/maps").read_text()
+            assert ("libtorch" in maps) == (way == "onnx")
+            alone = await emb.embed_within([texts[0]], 60.0)
+            assert alone is not None
+            got[way] = (alone, await emb.embed(texts))
+        finally:
+            emb.close()
+    (a1, b1), (a2, b2) = got["onnx"], got["onnx-only"]
+    assert float(np.dot(a1[0], a2[0])) >= 0.9999
+    assert float(np.sum(b1 * b2, axis=1).min()) >= 0.9999
 
 
 def test_an_unknown_precision_is_refused() -> None:
