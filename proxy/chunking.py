@@ -148,7 +148,7 @@ class Chunker:
                     c.klass = E  # a failed branch: every call it made errored
                 else:
                     c.klass = T if results is not None or not p.info.text else S
-            elif (p.info.is_error and p.group in dead) or i in superseded:
+            elif i in dead or i in superseded:
                 c.klass = E
             elif p.info.log_like and c.tokens >= self.settings.bulky_tokens:
                 c.klass = E
@@ -200,20 +200,21 @@ def _tail(conv: Conversation, last_user: int | None) -> list[int]:
 
 
 def _dead_calls(conv: Conversation) -> set[int]:
-    """Failed branches: calls every result of which errored, once a later call of the same
-    tool has succeeded. Until then the agent is still at it: its next call retries with
-    those arguments (tau-bench: the reservation, flights and payment ids of an update the
-    airline refused)."""
+    """Failed branches: each failed tool result once a later call of the same tool has
+    succeeded, and each call whose every result is such. Until then the agent is still
+    at it: its next call retries with those arguments (tau-bench: the reservation,
+    flights and payment ids of an update the airline refused)."""
     parts = conv.parts
     dead: set[int] = set()
-    worked: set[str | None] = set()  # tools that succeeded after the call being looked at
+    worked: set[str | None] = set()  # tools that succeeded after the call looked at
     for head in sorted(conv.groups, reverse=True):
         results = conv.groups[head]
-        if results and all(parts[j].info.is_error for j in results):
-            if {parts[j].tool_name for j in results} & worked:
-                dead.add(head)
-        else:
-            worked |= {parts[j].tool_name for j in results if not parts[j].info.is_error}
+        failed = [j for j in results if parts[j].info.is_error]
+        gone = [j for j in failed if parts[j].tool_name in worked]
+        dead.update(gone)
+        if results and len(gone) == len(results):
+            dead.add(head)
+        worked |= {parts[j].tool_name for j in results if not parts[j].info.is_error}
     return dead
 
 

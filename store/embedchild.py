@@ -1,6 +1,7 @@
 """The embedding model's own process: what runs there (store/embedproc.py starts it).
 
-It loads the model once (on one torch thread, at nice 19: idle CPU only), warms the
+It loads the model once (at nice 19: idle CPU only; without torch once the ONNX export
+is cached, store/embedlean.py, else on one torch thread), warms the
 query lengths a question comes in, then answers `(job id, texts, urgent)` with
 `(job id, "ok", vectors)` over its pipe until the pipe closes. An urgent job (a request
 waits for it) runs on `URGENT_THREADS`. On Linux the kernel SIGKILLs it when its parent

@@ -63,6 +63,14 @@ def test_a_failed_call_is_a_dead_branch_once_a_later_call_of_its_tool_works() ->
     failed_again = [*AGENT[:6], assistant(None, call("c4", "search", '{"from": "EWR"}')),
                     tool("c4", "Error: service unavailable"), *AGENT[6:]]
     assert classes(split(failed_again))[4:8] == [T, T, T, T]
+    # parallel calls, one failed: that result alone, once its tool works later
+    both = [*AGENT[:2], assistant(None, call("p1", "get_user", '{"user_id": "mia_li_3668"}'),
+                                  call("p2", "search", '{"from": "JFK"}')),
+            tool("p1", '{"user": "mia_li_3668"}'), tool("p2", "Error: service unavailable")]
+    assert classes(split([*both, user("Try again.")]))[2:5] == [T, T, T]
+    retried = [*both, assistant(None, call("p3", "search", '{"from": "JFK"}')),
+               tool("p3", '{"flights": ["HAT001"]}'), user("Thanks.")]
+    assert classes(split(retried))[2:5] == [T, T, E]
 
 
 def test_horizon_is_one_past_the_last_evictable_message() -> None:
