@@ -54,6 +54,15 @@ def remember(onnx_file: str, texts: Sequence[str], vectors: np.ndarray) -> None:
         part.unlink(missing_ok=True)
 
 
+def pooled(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The last hidden states averaged over the attention mask, scaled to length 1: what
+    sentence-transformers' Pooling (mean) and Normalize compute (float32)."""
+    m = mask[..., None].astype(np.float32)
+    v = (tokens * m).sum(1) / np.maximum(m.sum(1), 1e-9)
+    return np.asarray(v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12),
+                      dtype=np.float32)
+
+
 def mean_pooled_folder(root: Path) -> int | None:
     """The max_seq_length of a model folder that is Transformer, mean Pooling, Normalize
     and nothing else; None for any other shape."""
@@ -114,11 +123,8 @@ def _build(root: Path, onnx_file: str, threads: int) -> tuple[Encode, int] | Non
         encs = tok.encode_batch([t.strip() for t in texts])
         ids = np.array([e.ids for e in encs], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encs], dtype=np.int64)
-        tokens = np.asarray(s.run(None, {"input_ids": ids, "attention_mask": mask})[0])
-        m = mask[..., None].astype(np.float32)
-        v = (tokens * m).sum(1) / np.maximum(m.sum(1), 1e-9)
-        out: np.ndarray = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-        return out
+        return pooled(np.asarray(s.run(None, {"input_ids": ids, "attention_mask": mask})[0]),
+                      mask)
 
     def encode(texts: list[str], n: int = 1) -> np.ndarray:
         # a text alone on `threads`, as the torch path's session (background ones too: on
@@ -126,7 +132,7 @@ def _build(root: Path, onnx_file: str, threads: int) -> tuple[Encode, int] | Non
         s = urgent if n > 1 or len(texts) == 1 else background
         if not texts:
             return np.zeros((0, dim), dtype=np.float32)
-        return np.concatenate([run([t], s) for t in texts]).astype(np.float32, copy=False)
+        return np.concatenate([run([t], s) for t in texts])
 
     near = np.concatenate([encode([t], threads) for t in texts])
     batch = encode(texts)

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from store.embedlean import remember
+from store.embedlean import pooled, remember
 from store.embedquery import AGREEMENT, mean_pooled
 
 OPSET = 17
@@ -86,11 +86,8 @@ def _build(st: Any, torch: Any, model: str, samples: Sequence[str], threads: int
         f = prepare([text])
         ids = f["input_ids"].numpy().astype(np.int64)
         mask = f["attention_mask"].numpy().astype(np.int64)
-        tokens = session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
-        m = mask[..., None].astype(np.float32)
-        v = (tokens * m).sum(1) / np.maximum(m.sum(1), 1e-9)
-        norm = np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-        return np.asarray(v / norm, dtype=np.float32)
+        return pooled(np.asarray(session.run(None, {"input_ids": ids,
+                                                    "attention_mask": mask})[0]), mask)
 
     exact = np.asarray(st.encode(list(samples), normalize_embeddings=True,
                                  show_progress_bar=False), dtype=np.float32)
