@@ -63,6 +63,21 @@ def pooled(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
                       dtype=np.float32)
 
 
+def ort_session(source: str | bytes, threads: int) -> Any:
+    """An ONNX Runtime session on `threads`, its graph optimized, its threads not spinning
+    after a run (they would take the proxy's core between questions), its notes on the
+    graph not logged."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
+
 def mean_pooled_folder(root: Path) -> int | None:
     """The max_seq_length of a model folder that is Transformer, mean Pooling, Normalize
     and nothing else; None for any other shape."""
@@ -94,7 +109,6 @@ def _build(root: Path, onnx_file: str, threads: int) -> tuple[Encode, int] | Non
     longest = mean_pooled_folder(root) if root.is_dir() else None
     if longest is None or not Path(onnx_file).is_file() or not ref.is_file():
         return None
-    import onnxruntime as ort
     from tokenizers import Tokenizer
 
     with np.load(ref) as saved:
@@ -103,26 +117,14 @@ def _build(root: Path, onnx_file: str, threads: int) -> tuple[Encode, int] | Non
     dim = int(exact.shape[1])
 
     tok = Tokenizer.from_file(str(root / "tokenizer.json"))
-    tok.no_padding()
+    tok.no_padding()  # one text a run: nothing to pad
     tok.enable_truncation(max_length=longest)
-    pad = tok.token_to_id("[PAD]")
-    tok.enable_padding(pad_id=pad if pad is not None else 0, pad_token="[PAD]")
+    background, urgent = ort_session(onnx_file, 1), ort_session(onnx_file, threads)
 
-    def session(n: int) -> Any:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = n
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        return ort.InferenceSession(onnx_file, options, providers=["CPUExecutionProvider"])
-
-    background, urgent = session(1), session(threads)
-
-    def run(texts: list[str], s: Any) -> np.ndarray:
-        encs = tok.encode_batch([t.strip() for t in texts])
-        ids = np.array([e.ids for e in encs], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encs], dtype=np.int64)
+    def run(text: str, s: Any) -> np.ndarray:
+        e = tok.encode(text.strip())
+        ids = np.array([e.ids], dtype=np.int64)
+        mask = np.array([e.attention_mask], dtype=np.int64)
         return pooled(np.asarray(s.run(None, {"input_ids": ids, "attention_mask": mask})[0]),
                       mask)
 
@@ -132,7 +134,7 @@ def _build(root: Path, onnx_file: str, threads: int) -> tuple[Encode, int] | Non
         s = urgent if n > 1 or len(texts) == 1 else background
         if not texts:
             return np.zeros((0, dim), dtype=np.float32)
-        return np.concatenate([run([t], s) for t in texts])
+        return np.concatenate([run(t, s) for t in texts])
 
     near = np.concatenate([encode([t], threads) for t in texts])
     batch = encode(texts)

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from store.embedlean import pooled, remember
+from store.embedlean import ort_session, pooled, remember
 from store.embedquery import AGREEMENT, mean_pooled
 
 OPSET = 17
@@ -60,27 +60,17 @@ def onnx_query(st: Any, torch: Any, model: str, samples: Sequence[str], threads:
 
 def _build(st: Any, torch: Any, model: str, samples: Sequence[str], threads: int
            ) -> Callable[[str], np.ndarray] | None:
-    import onnxruntime as ort
-
     if not mean_pooled(st):
         return None
     prepare = getattr(st, "preprocess", None) or st.tokenize
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3  # its notes on the graph, not errors
-    # threads that spin after a run would take the proxy's core between questions
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     source = _exported(st, torch, model, prepare)
     try:
-        session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        session = ort_session(source, threads)
     except Exception:
         if not isinstance(source, str):
             raise
         Path(source).unlink(missing_ok=True)  # a cached file that does not load: again
-        session = ort.InferenceSession(_exported(st, torch, model, prepare), options,
-                                       providers=["CPUExecutionProvider"])
+        session = ort_session(_exported(st, torch, model, prepare), threads)
 
     def one(text: str) -> np.ndarray:
         f = prepare([text])
