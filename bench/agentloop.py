@@ -142,6 +142,10 @@ class Phase:
     stats: ReplayStats
     facts: Facts = field(default_factory=Facts)
     overhead: list[tuple[int, float]] = field(default_factory=list)  # (history tokens, ms)
+    # each call's own time when it went first of the pair, (through the proxy, direct):
+    # after a pause the first call pays the machine's wake-up (bench/wake.py), so these
+    # compare like with like where the pair's difference does not
+    first: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))
     recall_tokens: list[int] = field(default_factory=list)  # per forwarded turn
     refused: list[list[dict[str, Any]]] = field(default_factory=list)  # what was refused
     seconds: float = 0.0
@@ -182,9 +186,11 @@ class AgentLoop(Replay):
             if step % 2:
                 direct = await self.http_target.direct(body)
                 sent = await self.http_target.send(body, session)
+                self.phase.first[1].append(direct)
             else:
                 sent = await self.http_target.send(body, session)
                 direct = await self.http_target.direct(body)
+                self.phase.first[0].append(sent.ms)
         self.phase.overhead.append((self.meter.prompt(messages), sent.ms - direct))
         if self.pause:
             await asyncio.sleep(self.pause)
@@ -597,12 +603,16 @@ def verdicts(results: list[PolicyResult], oracle_tau_hits: float,
                    "issue 10's baseline 0.83).")
     if rw.alone is not None:
         a50, a95 = rw.alone.overhead_q(0.5), rw.alone.overhead_q(0.95)
+        via, direct = (_f(statistics.median(xs), '.1f') if xs else "—"
+                       for xs in rw.alone.first)
         out.append(f"- overhead paced, RWOE's proxy alone (sessions of the same shape, new "
                    f"content): "
                    f"p50 {_f(a50, '.1f')} ms ≤ 5: {_met(a50 <= 5)}; p95 {_f(a95, '.1f')} ms "
                    f"≤ 15: {_met(a95 <= 15)} (a question waits for its own vector here, "
                    f"`recall.question_vector_wait_ms`; the same work takes longer after a "
-                   f"pause alone: section \"Pauses between turns\"); facts kept "
+                   f"pause alone: section \"Pauses between turns\"). Each call when it went "
+                   f"first after the pause, p50: through the proxy {via} ms, straight to the "
+                   f"stand-in upstream {direct} ms. Facts kept "
                    f"{_f(rw.alone.facts.share())} ({_kinds(rw.alone.facts)}).")
     out.append(f"- cold-history evidence ≥ 0.8: {_f(rw.cold.facts.share())}: "
                f"{_met(rw.cold.facts.share() >= 0.8)}.")

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 import proxy  # noqa: F401  (offline defaults)
+from bench import wake
 
 ROOT = Path(__file__).resolve().parents[1]
 PAUSES = (0.05, 0.3, 1.5)  # each between two back-to-back replays
@@ -102,12 +103,13 @@ def run(quick: bool = False) -> str:
             "every paused replay between two back-to-back ones (this machine's speed drifts "
             "within minutes; the ratio is "
             "against their mean). What changes is only how long the process slept before "
-            "each request. After a pause the same work takes longer: the core's caches and "
-            "clock have cooled (on this machine a busy loop at nice 19 pinned to the same "
-            "core took back about 40 % of the difference). So a paced loop's per-turn "
-            "overhead reads higher than a back-to-back loop's without the proxy doing more, "
-            "and the agent-loop section's paced figures carry it."
-            "\n\n" + "\n".join(rows))
+            "each request. After a pause the same work takes longer, and the second table "
+            "shows why: what the machine takes away while a process sleeps is per memory "
+            "page (address translations and cached lines), and any process pays it, a "
+            "bare round trip included. So a paced loop's per-turn overhead reads higher "
+            "than a back-to-back loop's without the proxy doing more, and the agent-loop "
+            "section's paced figures carry it."
+            "\n\n" + "\n".join(rows) + "\n\n" + wake.run(quick))
 
 
 def main(argv: Any = None) -> None:

@@ -161,6 +161,10 @@ async def test_a_fact_is_kept_exactly_when_its_token_reaches_the_upstream(
     assert phase.facts.via_stub == sum(v == "stub" for v in fate.values()) > 0
     assert phase.stats.recalling > 0 and max(phase.recall_tokens) > 0
     assert phase.stats.forwarded == phase.stats.requests and phase.stats.invalid == 0
+    # each request's pair went one way or the other: the proxy first on even steps
+    via, direct = phase.first
+    assert len(via) + len(direct) == len(phase.overhead) == phase.stats.requests
+    assert len(via) == (phase.stats.requests + 1) // 2 and min(via + direct) > 0
 
 
 def test_prefix_bounds_follow_their_definitions() -> None:
