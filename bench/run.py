@@ -9,8 +9,8 @@ Each section is a module with `run(quick) -> markdown` (sync or async); a sectio
 fails is reported as failed in the document rather than silently left out. Loopback
 only, no network; the full run takes about an hour and a half on 2 cores (18 minutes
 the agent loops, about 57 the eleven black-box sets, two at a time, whose paced replays
-embed every passage, 6 the twenty seeds, 4.5 the pauses and the wake-up probes). `make bench ONLY="agentloop
-coldnext"` runs some sections.
+embed every passage, 6 the twenty seeds, 4.5 the pauses and the wake-up probes).
+`make bench ONLY="agentloop coldnext"` runs some sections.
 """
 
 from __future__ import annotations
