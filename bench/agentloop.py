@@ -19,7 +19,8 @@ temporary directory, the real local embedder, recall on as shipped):
   the proxy has never seen, sent once);
 - **tau-bench** airline trajectories at a 3,000-token window: reference hit rate (the
   replay core's references), share of the client's tokens forwarded, turns refused, cache
-  prefix ratio.
+  prefix ratio; then all 200 in process, by block of 40 and at other windows
+  (bench/tauall.py).
 
 Overhead of a request = its time through the proxy minus the same request sent straight
 to the same upstream, in the same run, in alternating order. The cache-prefix ratio, the
@@ -731,8 +732,9 @@ async def run(quick: bool = False, policies: tuple[str, ...] = POLICIES, pause: 
     long_kb = statistics.fmean(len(orjson.dumps(s.messages)) / 1024 for s in w.long)
     allows = {"tau-bench": bounds([t["traj"] for t in w.tau], meter, TAU_WINDOW - TAU_MAX_OUT),
               "generated": bounds([s.messages for s in w.b2b], meter, WINDOW - MAX_OUT)}
-    held = await tauall.measure(TAU, tuple(r.policy for r in ran), TAU_WINDOW,
-                                16 if quick else None)
+    ran_policies = tuple(r.policy for r in ran)
+    held = await tauall.measure(TAU, ran_policies, TAU_WINDOW, 16 if quick else None)
+    sweep = await tauall.windows(TAU, ran_policies, limit=16 if quick else None)
     took = time.perf_counter() - t0
     md = "\n".join([
         describe(w, plan, pause, meter), "",
@@ -744,6 +746,7 @@ async def run(quick: bool = False, policies: tuple[str, ...] = POLICIES, pause: 
         cold_table(ran, oracle_cold, long_kb, len(w.long[0].messages)), "",
         f"### tau-bench at {TAU_WINDOW:,} tokens, through the app", "",
         tau_table(ran, o_tau, cut), "", tauall.table(held, TAU_WINDOW), "",
+        tauall.windows_table(sweep, ran_policies), "",
         "Waits for the proxies' background work to finish (chunks and passages to embed, log "
         f"records to replay; at most {plan.warm_s:g} s after the warm-up and the paced run, "
         f"{plan.drain_s:g} s after back to back), so no proxy measures on cores another's "

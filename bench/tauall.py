@@ -1,10 +1,13 @@
-"""tau-bench beyond the first 40: every trajectory, in process, per block of 40.
+"""tau-bench beyond the first 40: every trajectory, in process, per block of 40, and at
+other windows.
 
 The agent-loop section replays the first 40 airline trajectories through the app, as
 issue 10 measured them; much of the recall and stub work was tuned on those. So the same
 route (3,000 tokens, 256 reserved, recall on) also replays all of them through the
 pipeline in this process (`bench.replay.PipelineTarget`, lexical recall: no embedder, no
-HTTP), and reports each block of 40 apart: the blocks after the first are held out.
+HTTP), and reports each block of 40 apart: the blocks after the first are held out. The
+window was chosen there too, so all of them are replayed again at `WINDOWS` (a smaller
+one, where the system prompt takes half, and larger ones).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 from bench.replay import ReplayStats, replay, route
 
 BLOCK = 40
+WINDOWS = (2_500, 4_000, 6_000)
 
 
 @dataclass
@@ -79,4 +83,29 @@ def table(results: list[HeldOut], window: int) -> str:
         cell = f"{r.hit_rate:.3f}"
         lines.append(f"| {r.policy} | {'**' + cell + '**' if r.hit_rate == best else cell} | "
                      + " | ".join(f"{s.hit_rate:.3f}" for s in r.blocks) + " |")
+    return "\n".join(lines)
+
+
+async def windows(path: Path, policies: tuple[str, ...], sizes: tuple[int, ...] = WINDOWS,
+                  limit: int | None = None) -> dict[int, list[ReplayStats]]:
+    """Every trajectory at each window, per policy (in `policies`' order)."""
+    trajs: list[dict[str, Any]] = json.loads(path.read_text())[:limit]
+    return {w: [await replay(trajs, route(w, p, recall=True), label=p) for p in policies]
+            for w in sizes}
+
+
+def windows_table(results: dict[int, list[ReplayStats]], policies: tuple[str, ...]) -> str:
+    """Reference hits (cache-prefix ratio) per window and policy; each window's best hit
+    rate in bold."""
+    if not results:
+        return ""
+    n = next(iter(results.values()))[0].trajectories
+    lines = [f"All {n} trajectories at other windows (256 reserved, the same route "
+             "otherwise, in process): reference hit rate (cache-prefix ratio).", "",
+             "| window | " + " | ".join(policies) + " |", "|" + "---|" * (1 + len(policies))]
+    for w, stats in results.items():
+        best = max(s.hit_rate for s in stats)
+        cells = [(f"**{s.hit_rate:.3f}**" if s.hit_rate == best else f"{s.hit_rate:.3f}")
+                 + f" ({s.prefix_ratio:.3f})" for s in stats]
+        lines.append(f"| {w:,} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

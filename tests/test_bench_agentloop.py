@@ -213,3 +213,19 @@ async def test_every_tau_trajectory_is_counted_per_block_and_in_all(tmp_path: Pa
     table = tauall.table(held, TAU_WINDOW)
     assert "| 0-39 | 40-41 |" in table and "| rwoe | " in table
     assert tauall.verdict(held)[0].startswith("- tau-bench reference hits over all 42")
+
+
+async def test_the_window_sweep_replays_every_policy_at_each_window() -> None:
+    """bench/tauall.py `windows`: a row per window, a cell per policy in order; a larger
+    window keeps at least as many references (nothing else changes)."""
+    from bench import tauall
+    from bench.agentloop import TAU
+
+    sweep = await tauall.windows(TAU, ("rwoe", "truncate"), (2_500, 6_000), limit=3)
+    assert list(sweep) == [2_500, 6_000]
+    assert [[s.label for s in row] for row in sweep.values()] == [["rwoe", "truncate"]] * 2
+    small, large = sweep[2_500][1], sweep[6_000][1]
+    assert small.trajectories == large.trajectories == 3
+    assert small.reused == large.reused > 0 and small.hit_rate <= large.hit_rate
+    table = tauall.windows_table(sweep, ("rwoe", "truncate"))
+    assert "| window | rwoe | truncate |" in table and "| 2,500 | " in table
