@@ -149,7 +149,7 @@ async def test_a_fact_is_kept_exactly_when_its_token_reaches_the_upstream(
             rules[f.answer] = fate[f.answer]
     phase = Phase(ReplayStats(window=10**9, max_output=0))
     async with aiohttp.ClientSession() as http:
-        target = HttpTarget(http, url, upstream, "mock-1")
+        target = KnownDirect(http, url, upstream, "mock-1")
         questions = {("s", n): f for n, f in s.question_requests().items()}
         await AgentLoop(target, phase, Meter(), s.tools, questions=questions).session(
             s.messages, "s")
@@ -161,10 +161,22 @@ async def test_a_fact_is_kept_exactly_when_its_token_reaches_the_upstream(
     assert phase.facts.via_stub == sum(v == "stub" for v in fate.values()) > 0
     assert phase.stats.recalling > 0 and max(phase.recall_tokens) > 0
     assert phase.stats.forwarded == phase.stats.requests and phase.stats.invalid == 0
-    # each request's pair went one way or the other: the proxy first on even steps
+    # each request's pair went one way or the other: the proxy first on even steps, and
+    # each list holds the time of the call that went first
     via, direct = phase.first
     assert len(via) + len(direct) == len(phase.overhead) == phase.stats.requests
-    assert len(via) == (phase.stats.requests + 1) // 2 and min(via + direct) > 0
+    assert len(via) == (phase.stats.requests + 1) // 2 and min(via) > 0
+    assert set(direct) == {KnownDirect.MS} and KnownDirect.MS not in via
+
+
+class KnownDirect(HttpTarget):
+    """The direct call made as usual, its time reported as a value no real call takes."""
+
+    MS = 12_345.0
+
+    async def direct(self, body: dict[str, Any]) -> float:
+        await super().direct(body)
+        return self.MS
 
 
 def test_prefix_bounds_follow_their_definitions() -> None:
