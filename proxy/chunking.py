@@ -145,7 +145,7 @@ class Chunker:
             elif p.role == "assistant":
                 results = conv.groups.get(i)
                 if i in dead:
-                    c.klass = E  # a failed branch: every call it made errored
+                    c.klass = E  # a dead branch: every result failed and its tool later worked
                 else:
                     c.klass = T if results is not None or not p.info.text else S
             elif i in dead or i in superseded:
