@@ -132,8 +132,8 @@ class Relater:
             elif wait_ms > 0 and (asked == step.words or self.embedder.answers_now()):
                 rel.query_vector = asyncio.ensure_future(
                     self.embedder.embed_within([step.words], wait_ms / 1000))
-            else:  # loading or busy: no wait can pay off; it lands for the next turn
-                self.embedder.embed_nowait([step.words])
+            else:  # loading or busy: no wait can pay off; it lands for a later turn
+                self.embedder.embed_nowait([step.words], urgent=False)
         return rel
 
     async def finish(self, rel: Relevance, index: RelevanceIndex,

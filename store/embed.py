@@ -7,7 +7,8 @@ are L2-normalised float32 rows, so cosine similarity is a dot product everywhere
 Three ways to ask, for three kinds of caller:
 - `await embed(texts)`: the vectors, waiting as long as it takes (the background worker).
 - `embed_nowait(texts)`: schedule, return at once; the vectors appear in `cached()` when
-  done (a request that will want a query's vector on a later turn).
+  done (a request about to wait for its question's vector; `urgent=False`: one whose
+  later turns may want its step's vector, nobody waiting).
 - `await embed_within(texts, timeout_s)`: the vectors if they are ready in time, else None;
   the work is not cancelled and lands in the cache (a request that can go without).
 `cached(text)` never computes and never waits (hot-path safe).
@@ -58,7 +59,7 @@ class QueryEmbedder(Embedder, Protocol):
 
     def cached_key(self, key: bytes) -> Vectors | None: ...
 
-    def embed_nowait(self, texts: Sequence[str]) -> bool: ...
+    def embed_nowait(self, texts: Sequence[str], *, urgent: bool = True) -> bool: ...
 
     async def embed_within(self, texts: Sequence[str], timeout_s: float) -> Vectors | None: ...
 
@@ -117,6 +118,9 @@ class SentenceTransformerEmbedder(CachedEmbedder):
 
     def _start(self, texts: list[str], urgent: bool) -> Future[Any] | None:
         return self.process.submit(texts, urgent=urgent)
+
+    def _start_ahead(self, texts: list[str]) -> Future[Any] | None:
+        return self.process.submit(texts, ahead=True)
 
 
 class LiteLLMEmbedder(CachedEmbedder):

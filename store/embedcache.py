@@ -82,11 +82,13 @@ class CachedEmbedder:
                 rows[id(fut)] = await _bridge(fut, loop)
         return self._stack(keys, hits, waits, rows)
 
-    def embed_nowait(self, texts: Sequence[str]) -> bool:
+    def embed_nowait(self, texts: Sequence[str], *, urgent: bool = True) -> bool:
         """Schedule texts ahead of background work and return at once; their vectors show
-        in `cached()` when done. False when the embedder's queue is full (dropped)."""
+        in `cached()` when done. False when the embedder's queue is full (dropped).
+        `urgent`: a request will wait on them; else a later turn may look them up (no
+        request waits: the newest few such are kept, `_start_ahead`)."""
         try:
-            return self._plan(texts, urgent=True) is not None
+            return self._plan(texts, urgent=urgent, ahead=not urgent) is not None
         except RuntimeError:  # closed, or no event loop for an async embedder
             return False
 
@@ -116,7 +118,8 @@ class CachedEmbedder:
         return np.stack([hits[k] if k in hits else rows[id(waits[k][0])][waits[k][1]]
                          for k in keys])
 
-    def _plan(self, texts: Sequence[str], *, urgent: bool) -> Plan | None:
+    def _plan(self, texts: Sequence[str], *, urgent: bool, ahead: bool = False
+              ) -> Plan | None:
         """Cache hits, texts already in flight, and one new job for the rest; None when
         the new job was refused (queue full)."""
         keys = [_key(t) for t in texts]
@@ -136,7 +139,8 @@ class CachedEmbedder:
                 else:
                     todo[k] = t
             if todo:
-                raw = self._start(list(todo.values()), urgent)
+                raw = (self._start_ahead(list(todo.values())) if ahead
+                       else self._start(list(todo.values()), urgent))
                 if raw is None:
                     return None
                 done: Future[Vectors] = Future()
@@ -177,6 +181,11 @@ class CachedEmbedder:
 
     def _start(self, texts: list[str], urgent: bool) -> Future[Any] | None:
         raise NotImplementedError
+
+    def _start_ahead(self, texts: list[str]) -> Future[Any] | None:
+        """Texts a later turn may look up: ahead of background work where the embedder
+        can tell (the local model's process), else as background work."""
+        return self._start(texts, False)
 
 
 def _bridge(fut: Future[T], loop: asyncio.AbstractEventLoop) -> asyncio.Future[T]:

@@ -8,11 +8,17 @@ the few milliseconds of a query a request waits for, `URGENT_THREADS`), and the 
 event loop never waits on it; torch (400 MB, 6 s to import here) is not even
 loaded in the proxy's process.
 
-Shape: the parent keeps two bounded queues of jobs, `urgent` (a request's query, a few
-texts) before `bulk` (the worker's passages, sliced into `batch_size` texts so an urgent
-job waits for one slice at most). One dispatcher thread sends one job at a time over a
-pipe and hands the vectors back through a `concurrent.futures.Future`, so callers on any
-event loop (or none) can wait on it. If the child dies (killed, out of memory), the
+Shape: the parent keeps bounded queues of jobs, `urgent` (a request's query, a few texts,
+that the request waits on) before `ahead` (a step's words a later turn will look up) before
+`bulk` (the worker's passages, sliced into `batch_size` texts so an urgent job waits for one
+slice at most). Only an urgent job runs on two threads, resumes a held child or keeps it
+from being held: every busy turn used to ask for its step's vector as urgent, and back to
+back they queued by the hundred (tau-bench's 40 trajectories, 571 requests in seconds:
+~220 urgent jobs, still ~150 when the agent-loop bench's 1,000-message histories came
+after its cold phase), ran on two threads, and kept every stop refused (proxy/hush.py).
+One dispatcher thread sends one job at a time over a pipe and hands the vectors back
+through a `concurrent.futures.Future`, so callers on any event loop (or none) can wait on
+it. If the child dies (killed, out of memory), the
 dispatcher starts a new one and resends the job it was working on (a job that kills
 three children in a row fails); nothing a request does ever fails because of it,
 embedding just lags. `queued` and `oldest_age` say by how much.
@@ -50,6 +56,7 @@ __all__ = ["CAN_PAUSE", "PRECISIONS", "EmbedProcess", "EmbedderDied"]
 log = structlog.get_logger("ctxwarden.store")
 
 MAX_ATTEMPTS = 3  # children a job may see die before it fails
+AHEAD = 8  # step vectors kept for later turns, the newest; an older one is dropped
 
 
 class EmbedProcess(ChildLife, JobQueues):
@@ -72,6 +79,7 @@ class EmbedProcess(ChildLife, JobQueues):
         self._resolve = resolve
         self._cond = threading.Condition()
         self._urgent: deque[Job] = deque()
+        self._ahead: deque[Job] = deque()
         self._bulk: deque[Job] = deque()
         self._queued = 0
         self._current: Job | None = None
@@ -88,30 +96,43 @@ class EmbedProcess(ChildLife, JobQueues):
         self._paused = False  # the child is SIGSTOPped (`pause`)
 
     # -- submitting ----------------------------------------------------------------------
-    def submit(self, texts: list[str], *, urgent: bool = False) -> Future[Vectors] | None:
-        """The vectors' future; None when the queue is full (an urgent job is refused
-        then; the caller goes on without it). Bulk jobs are sliced to `batch_size`."""
+    def submit(self, texts: list[str], *, urgent: bool = False,
+               ahead: bool = False) -> Future[Vectors] | None:
+        """The vectors' future; None when the queue is full (an urgent or ahead job is
+        refused then; the caller goes on without it). Bulk jobs are sliced to
+        `batch_size`. `urgent`: a request waits on it; `ahead`: a later turn will look it
+        up (the oldest of more than `AHEAD` such jobs is dropped, its future failed)."""
+        dropped: list[Job] = []
         with self._cond:
             if self._stopping:
                 raise RuntimeError("the embedder was closed")
-            if self._queued + len(texts) > self.max_queued and (urgent or self._queued):
+            if self._queued + len(texts) > self.max_queued and (urgent or ahead
+                                                                  or self._queued):
                 return None
             self._want_child = True
             self._start_thread()
             if urgent:  # a request waits on it: never behind a stopped child
                 self._resume_locked()
-            if urgent or len(texts) <= self.batch_size:
-                job = Job(list(texts), id=next(self._ids), urgent=urgent)
-                (self._urgent if urgent else self._bulk).append(job)
+            if urgent or ahead or len(texts) <= self.batch_size:
+                job = Job(list(texts), id=next(self._ids), urgent=urgent,
+                          ahead=ahead and not urgent)
+                (self._urgent if job.urgent else self._ahead if job.ahead
+                 else self._bulk).append(job)
+                self._queued += len(texts)
+                while len(self._ahead) > AHEAD:
+                    dropped.append(self._ahead.popleft())
+                self._cond.notify()
+                out = job.future
+            else:
+                parts = [Job(list(texts[i:i + self.batch_size]), id=next(self._ids))
+                         for i in range(0, len(texts), self.batch_size)]
+                self._bulk.extend(parts)
                 self._queued += len(texts)
                 self._cond.notify()
-                return job.future
-            parts = [Job(list(texts[i:i + self.batch_size]), id=next(self._ids))
-                     for i in range(0, len(texts), self.batch_size)]
-            self._bulk.extend(parts)
-            self._queued += len(texts)
-            self._cond.notify()
-        return joined([p.future for p in parts])
+                out = joined([p.future for p in parts])
+        for old in dropped:  # a later turn's step has superseded it
+            self._finish(old, error=RuntimeError("dropped: newer steps came first"))
+        return out
 
     def answers_now(self) -> bool:
         """A query submitted now would start at once: the model is loaded and nothing is
@@ -139,12 +160,13 @@ class EmbedProcess(ChildLife, JobQueues):
     def _dispatch(self) -> None:
         while True:
             with self._cond:
-                while not (self._urgent or self._bulk or self._stopping
+                while not (self._urgent or self._ahead or self._bulk or self._stopping
                            or self._respawn_needed()):
                     self._cond.wait(timeout=1.0)  # and look at the child every second
                 if self._stopping:
                     return
                 job = (self._urgent.popleft() if self._urgent
+                       else self._ahead.pop() if self._ahead  # the newest step first
                        else self._bulk.popleft() if self._bulk else None)
                 self._current = job
             if job is None and self._child is not None:
@@ -201,8 +223,9 @@ class EmbedProcess(ChildLife, JobQueues):
         at nice 19 on a busy machine would keep the proxy's exit waiting for seconds."""
         with self._cond:
             self._stopping = True
-            left = [*self._urgent, *self._bulk]
+            left = [*self._urgent, *self._ahead, *self._bulk]
             self._urgent.clear()
+            self._ahead.clear()
             self._bulk.clear()
             self._cond.notify_all()
             child = self._child

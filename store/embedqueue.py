@@ -1,8 +1,10 @@
 """The embedder's job queues, as store/embedproc.py keeps them.
 
-`urgent` (a request's query, a few texts) before `bulk` (the worker's passages, sliced into
-`batch_size` texts so an urgent job waits for one slice at most), together at most
-`max_queued` texts, under the one condition variable the dispatcher waits on. A job's
+`urgent` (a request's query, a few texts: a request waits on it) before `ahead` (a step's
+words a later turn will look up: nobody waits, the newest first, only the newest
+`AHEAD` kept) before `bulk` (the worker's passages, sliced into `batch_size` texts so an
+urgent job waits for one slice at most), together at most `max_queued` texts, under the
+one condition variable the dispatcher waits on. A job's
 vectors come back through a `concurrent.futures.Future`, so callers on any event loop (or
 none) can wait on it; a bulk job's slices are `joined` into one.
 """
@@ -30,6 +32,7 @@ class Job:
     attempts: int = 0
     id: int = 0
     urgent: bool = False
+    ahead: bool = False
 
 
 class JobQueues:
@@ -38,6 +41,7 @@ class JobQueues:
 
     _cond: threading.Condition
     _urgent: deque[Job]
+    _ahead: deque[Job]
     _bulk: deque[Job]
     _queued: int
     _current: Job | None
@@ -52,6 +56,7 @@ class JobQueues:
         """Seconds the oldest job waiting or being embedded has waited (0 when none)."""
         with self._cond:
             jobs = [j for j in (self._current, self._urgent[0] if self._urgent else None,
+                                self._ahead[0] if self._ahead else None,
                                 self._bulk[0] if self._bulk else None) if j is not None]
         return max((time.monotonic() - j.since for j in jobs), default=0.0)
 
@@ -59,7 +64,10 @@ class JobQueues:
         with self._cond:  # again, first: it has waited longest
             if not self._stopping:
                 self._current = None
-                (self._urgent if job.urgent else self._bulk).appendleft(job)
+                if job.ahead:  # the newest end: the next taken
+                    self._ahead.append(job)
+                else:
+                    (self._urgent if job.urgent else self._bulk).appendleft(job)
                 self._cond.notify()
                 return
         self._finish(job, error=RuntimeError("the embedder was closed"))

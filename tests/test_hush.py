@@ -1,6 +1,7 @@
 """The embedder's child is stopped while a cold history is prepared (proxy/hush.py): it
-holds its work while stopped, a query resumes it, it dies with a SIGKILLed server even
-while stopped, and a cold history (not an ordinary turn) holds it."""
+holds its work while stopped, a query resumes it (a step asked for ahead does not), it
+dies with a SIGKILLed server even while stopped, and a cold history (not an ordinary turn)
+holds it."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from proxy.keys import PIPELINE
 from store.embed import SentenceTransformerEmbedder
-from store.embedproc import CAN_PAUSE
+from store.embedproc import AHEAD, CAN_PAUSE
 from store.lance import LanceStore
 from tests.support.app import CHAT, ClientFactory, chat, config, make
 from tests.support.openai_server import UpstreamServer
@@ -68,6 +70,37 @@ async def test_a_stopped_embedder_holds_its_work_and_a_query_resumes_it(
     assert (await bulk).shape == (8, 384)
     own.process.resume()  # not stopped: nothing happens
     assert not own.process.paused
+
+
+async def test_a_step_asked_for_ahead_neither_wakes_nor_keeps_awake_a_held_child(
+        own: SentenceTransformerEmbedder) -> None:
+    """A step's vector for a later turn (`embed_nowait(urgent=False)`): nobody waits on
+    it, so unlike a query it does not resume a stopped child, nor refuse a stop; the
+    newest `AHEAD` of them are kept, the older dropped; urgent work goes first."""
+    await own.load()
+    pid = own.process.pid
+    assert pid is not None
+    assert own.process.pause() is True and settles(pid, STOPPED) in STOPPED
+    stamp = time.time()
+    steps = [f"step {i} of a busy loop {stamp}" for i in range(AHEAD + 3)]
+    for step in steps:
+        assert own.embed_nowait([step], urgent=False) is True
+    await asyncio.sleep(0.3)
+    assert own.process.paused and state(pid) in STOPPED  # none of them woke it
+    own.process.resume()
+    assert own.process.pause() is True  # queued ahead: no reason to refuse a stop
+    own.process.resume()
+    await until(lambda: all(own.cached(t) is not None for t in steps[-AHEAD:]), 60)
+    assert [own.cached(t) is None for t in steps[:3]] == [True] * 3  # dropped
+    assert own.embed_nowait([steps[0]], urgent=False) is True  # asked again: embedded
+    await until(lambda: own.cached(steps[0]) is not None, 60)
+
+
+async def until(check: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
 
 
 def test_a_child_stopped_by_a_server_that_is_sigkilled_dies_with_it(tmp_path: Path) -> None:
