@@ -15,11 +15,18 @@ What keeps that safe:
   ordinary turn, where holding it measured no gain;
 - a hold ends after `max_hold_s` whatever the request is doing (its timer runs on the
   event loop: a request that holds the loop longer extends it, 1.27 s in a soak on a
-  saturated CPU), and after a hold the child runs at least a quarter as long as it was
-  held before the next one, so a stream of cold histories leaves it a fifth of the
-  time at least and never stops it (with
-  "as long", cold histories back to back were held every other one: through the
-  agent-loop bench's order, 133-175 ms against 122-137 with a quarter);
+  saturated CPU);
+- the child keeps a fifth of the time at least: each stop spends its length from a
+  credit that every second the child runs adds 1 / RUNS seconds back to, up to
+  `burst_s`; no stop while it is spent. So a burst of cold histories is held whole, and
+  a longer stream still leaves the child a fifth of the time. (Before, the child ran a
+  quarter of each stop before the next could begin, so cold histories back to back
+  were held every other one at best.) Through the agent-loop bench's order (back to
+  back sessions, tau-bench, cold histories, then five 1,000-message histories back to
+  back), with this and with a step's vector for a later turn no longer queued as
+  urgent (store/embedproc.py: those had kept every stop refused), all five were held
+  and took 81-116 ms (medians 86 and 88 over two runs), against 94-142 ms (medians 105
+  to 137 over four runs) with none held;
 - an urgent job (a query's vector that a request waits on) resumes the child at once;
 - the child dies with the server even while stopped (`PR_SET_PDEATHSIG`, Linux only;
   elsewhere nothing is held).
@@ -30,12 +37,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
-# After a stop of d seconds the child runs at least RUNS × d before the next one: at
-# least a fifth of the time while cold histories come back to back.
+# Every second the child runs earns RUNS⁻¹ seconds of stop, up to BURST_S banked: over
+# any long stretch it runs at least a fifth of the time (RUNS / (1 + RUNS)).
 RUNS = 0.25
+BURST_S = 1.0
 
 
 class Pausable(Protocol):
@@ -46,16 +54,23 @@ class Pausable(Protocol):
 
 class Hush:
     """`held()` around a cold history's preparation; nested and concurrent holds share
-    one stop. `holds` and `seconds` count what was held, for /metrics."""
+    one stop. `holds` and `seconds` count what was held, for /metrics; `refused`, the
+    holds the child's credit did not grant. `clock`: seconds, monotonic (tests)."""
 
-    def __init__(self, process: Pausable | None, max_hold_s: float = 1.0) -> None:
+    def __init__(self, process: Pausable | None, max_hold_s: float = 1.0,
+                 burst_s: float = BURST_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.process = process
         self.max_hold_s = max_hold_s
+        self.burst_s = burst_s
         self.holds = 0  # times the child was stopped
         self.seconds = 0.0  # ... and for how long, in all
+        self.refused = 0  # holds not granted: the child's credit was spent
+        self._clock = clock
         self._depth = 0
         self._since = 0.0  # when the current stop began
-        self._not_before = 0.0  # no new stop before the child has run RUNS × its stop
+        self._credit = burst_s  # seconds of stop banked when the child last resumed
+        self._resumed = clock()  # ... and when that was (it earns from there)
         self._timer: asyncio.TimerHandle | None = None
         self._stopped = False
 
@@ -72,9 +87,16 @@ class Hush:
                 self._go()
 
     def _stop(self) -> None:
-        now = time.monotonic()
-        if self.process is None or now < self._not_before or not self.process.pause():
+        if self.process is None:
             return
+        now = self._clock()
+        credit = min(self.burst_s, self._credit + (now - self._resumed) / RUNS)
+        if credit <= 0:
+            self.refused += 1
+            return
+        if not self.process.pause():
+            return
+        self._credit, self._resumed = credit, now
         self._stopped, self._since = True, now
         self.holds += 1
         self._timer = asyncio.get_running_loop().call_later(self.max_hold_s, self._go)
@@ -88,6 +110,7 @@ class Hush:
             return
         self.process.resume()
         self._stopped = False
-        now = time.monotonic()
+        now = self._clock()
         self.seconds += now - self._since
-        self._not_before = now + (now - self._since) * RUNS
+        self._credit -= now - self._since
+        self._resumed = now
