@@ -16,6 +16,11 @@ whatever the traffic (a steady stream of requests still gets its full collection
 a minute at most instead of whenever the heap grew by a quarter). A full collection is
 not run again before 50 times its own time has passed, so a large heap is walked
 rarely, as CPython's rule would have it.
+
+While a cold history is prepared no collection runs at all (`COLD.held()`, everywhere the
+pipeline runs, not only under `serve`): its tens of thousands of objects live until it
+ends, and the young collections they set off walked them again and again for nothing
+(a 1,000-message history in process: 69 -> 65 ms, the median of eleven, twice).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import asyncio
 import contextlib
 import gc
 import time
+from collections.abc import Iterator
 
 import structlog
 
@@ -95,3 +101,28 @@ class RestingCollector:
                 self.forced += 1
             due, after = None, time.monotonic() + took * self.duty
             log.debug("gc_full", ms=round(took * 1000, 2), at_rest=resting)
+
+
+class Pause:
+    """`held()`: automatic collection off until the last of nested or concurrent holds
+    ends, then as it was before the first."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self._was_enabled = False
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        if self.depth == 0:
+            self._was_enabled = gc.isenabled()
+            gc.disable()
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if self.depth == 0 and self._was_enabled:
+                gc.enable()
+
+
+COLD = Pause()  # around a cold history's preparation (proxy/pipeline.py)

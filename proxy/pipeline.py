@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 
 from policies import PolicyContext
+from proxy import gcrest
 from proxy.analysis import MsgInfo
 from proxy.coldpool import ColdPool
 from proxy.config import RouteSettings, Settings
@@ -104,11 +105,14 @@ class Pipeline:
             asked = self.relater.prefetch(state.vectors, body["messages"],
                                           recall.question_vector_wait_ms
                                           if recall.enabled else 0)
-            with contextlib.ExitStack() as hush:  # a cold history: the embedder waits
+            with contextlib.ExitStack() as hold:
+                def cold() -> None:  # a cold history: the embedder and the collector wait
+                    hold.enter_context(self.hush.held())
+                    hold.enter_context(gcrest.COLD.held())
+
                 try:
-                    known = await self.cold.infos(
-                        rt.analyzer, body["messages"], state.prefix,
-                        on_cold=lambda: hush.enter_context(self.hush.held()))
+                    known = await self.cold.infos(rt.analyzer, body["messages"],
+                                                  state.prefix, on_cold=cold)
                     laps.lap("analyse")
                 finally:
                     if load is not None:

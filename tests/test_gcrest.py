@@ -1,16 +1,21 @@
-"""Full garbage collections wait for the proxy to rest (proxy/gcrest.py)."""
+"""Full garbage collections wait for the proxy to rest, and none runs while a cold history
+is prepared (proxy/gcrest.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import pytest
 
-from proxy.gcrest import RestingCollector
+from proxy.gcrest import COLD, Pause, RestingCollector
+from store.base import Event, EvictedChunk, MemoryStore
 from store.quiet import Quiet
+from tests.support.app import CHAT, ClientFactory, config, make
+from tests.support.messages import cold_history, long_session
+from tests.support.openai_server import UpstreamServer
 
 
 @pytest.fixture
@@ -96,3 +101,61 @@ async def test_a_large_heap_is_walked_rarely(full_collections: list[int], quiet:
         assert len(full_collections) == seen and collector.at_rest == seen
     finally:
         await collector.stop()
+
+
+def test_a_pause_holds_collection_off_until_the_last_hold_ends() -> None:
+    pause = Pause()
+    assert gc.isenabled()
+    with pause.held():
+        assert not gc.isenabled()
+        with pause.held():  # nested (or a concurrent request's)
+            assert not gc.isenabled()
+        assert not gc.isenabled() and pause.depth == 1
+    assert gc.isenabled() and pause.depth == 0
+
+
+def test_a_pause_puts_the_collector_back_as_it_was() -> None:
+    pause = Pause()
+    with pytest.raises(RuntimeError):
+        with pause.held():
+            raise RuntimeError("the request failed")
+    assert gc.isenabled()
+    gc.disable()  # an embedding application's choice is kept
+    try:
+        with pause.held():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+class Recording(MemoryStore):
+    """Whether automatic collection was on when each durable write was made (a cold
+    history's write is inside its preparation's hold)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.history: list[tuple[int, bool]] = []
+
+    async def record(self, chunks: Sequence[EvictedChunk], events: Sequence[Event]) -> None:
+        self.history.append((len(chunks), gc.isenabled()))
+        await super().record(chunks, events)
+
+
+async def test_a_cold_history_is_prepared_with_collection_off_ordinary_turns_not(
+        aiohttp_client: ClientFactory, upstream: UpstreamServer) -> None:
+    store = Recording()
+    client = await make(aiohttp_client, config(upstream.url, ":memory:", context_window=2000),
+                        store)
+    history = cold_history(10)  # ~100 KB the proxy has never seen, sent whole
+    resp = await client.post(CHAT, json={"model": "t-1", "messages": history},
+                             headers={"X-Session-ID": "s-cold"})
+    assert resp.status == 200
+    ordinary = long_session(12)  # ~14 KB: over the window, not a cold history
+    for k in (len(ordinary) - 4, len(ordinary)):  # a turn, then the next
+        again = await client.post(CHAT, json={"model": "t-1", "messages": ordinary[:k]},
+                                  headers={"X-Session-ID": "s-warm"})
+        assert again.status == 200
+    assert [on for _, on in store.history] == [False, True, True]  # cold, then ordinary
+    assert all(n for n, _ in store.history)  # each evicted: each had a durable write
+    assert gc.isenabled() and COLD.depth == 0
