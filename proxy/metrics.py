@@ -191,6 +191,9 @@ class PipelineCollector:
         yield CounterMetricFamily("ctxwarden_embedder_held_seconds", "Time the embedder "
                                   "process spent stopped for cold histories",
                                   value=self.hush.seconds)
+        yield CounterMetricFamily("ctxwarden_embedder_holds_refused", "Cold histories "
+                                  "prepared with the embedder running: its fifth of the "
+                                  "time was due", value=self.hush.refused)
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -160,6 +160,7 @@ async def test_a_cold_history_is_prepared_with_the_embedder_stopped(
     assert pid is not None and not own.process.paused and state(pid) not in (*STOPPED, "")
     metrics = await (await client.get("/metrics")).text()
     assert "ctxwarden_embedder_holds_total 1.0" in metrics
+    assert "ctxwarden_embedder_holds_refused_total 0.0" in metrics
     again = await client.post(CHAT, json=chat(text="and the next step?"),
                               headers={"X-Session-ID": "s-small"})
     assert again.status == 200 and hush.holds == 1  # an ordinary turn is not held
