@@ -18,10 +18,10 @@ back they queued by the hundred (tau-bench's 40 trajectories, 571 requests in se
 after its cold phase), ran on two threads, and kept every stop refused (proxy/hush.py).
 One dispatcher thread sends one job at a time over a pipe and hands the vectors back
 through a `concurrent.futures.Future`, so callers on any event loop (or none) can wait on
-it. If the child dies (killed, out of memory), the
-dispatcher starts a new one and resends the job it was working on (a job that kills
-three children in a row fails); nothing a request does ever fails because of it,
-embedding just lags. `queued` and `oldest_age` say by how much.
+it. If the child dies (killed, out of memory), the dispatcher starts a new one and
+resends the job it was working on (a job that kills three children in a row fails);
+nothing a request does ever fails because of it, embedding just lags. `queued` and
+`oldest_age` say by how much.
 
 Measured here (2 shared cores): the proxy's process stays at 40 MB with torch never
 imported (it was 400+ MB with the model in a thread).

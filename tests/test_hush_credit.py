@@ -79,7 +79,7 @@ async def test_a_credit_of_nothing_holds_nothing() -> None:
     assert hush.refused == 6
 
 
-async def test_a_hold_ends_after_max_hold_s_and_spends_only_that() -> None:
+async def test_a_hold_ends_after_max_hold_s_while_the_request_goes_on() -> None:
     clock = Clock()
     child = Child(clock)
     hush = Hush(child, max_hold_s=0.05, burst_s=1.0, clock=clock)
