@@ -25,16 +25,7 @@ from store.lance import LanceStore
 from tests.support.app import CHAT, ClientFactory, chat, config, make
 from tests.support.messages import long_session
 from tests.support.openai_server import UpstreamServer
-
-
-async def until(check: Callable[[], Awaitable[bool] | bool], timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if await got if isinstance(got, Awaitable) else got:
-            return
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
+from tests.support.waiting import until
 
 
 @pytest.fixture(scope="module")

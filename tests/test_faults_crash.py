@@ -8,7 +8,6 @@ import asyncio
 import signal
 import subprocess
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from store.lance import LanceStore
 from tests.support.crash import dependencies, kill, serve, wait_up
 from tests.support.messages import assistant, call, filler, tool, user
 from tests.support.openai_server import UpstreamServer
+from tests.support.waiting import until
 from tests.support.wire import closed_port
 
 AGENTS, WINDOW = 6, 3000
@@ -47,14 +47,6 @@ async def agent(http: aiohttp.ClientSession, url: str, name: str, go: asyncio.Ev
             return  # the proxy died under us
 
 
-async def until(check: Callable[[], Awaitable[bool]], timeout: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await check():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.05)
-
-
 async def load_then_kill(http: aiohttp.ClientSession, url: str, upstream: UpstreamServer,
                          proc: subprocess.Popen[bytes]) -> dict[str, int]:
     """Agents evict; once MiniLM has embedded what they evicted (recall needs it), they go
@@ -77,11 +69,11 @@ async def load_then_kill(http: aiohttp.ClientSession, url: str, upstream: Upstre
     async def recalling() -> bool:
         return sum(len(r) for _, r in dependencies(upstream.history).values()) >= 2
 
-    await until(evicting)
+    await until(evicting, timeout=30.0)
     go.clear()
     await until(embedded, timeout=120.0)  # the model loads at nice 19: on a busy machine, slowly
     go.set()
-    await until(recalling)
+    await until(recalling, timeout=30.0)
     kill(proc)
     await asyncio.gather(*agents)
     return counts

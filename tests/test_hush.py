@@ -13,7 +13,6 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,6 +22,7 @@ from store.embedproc import AHEAD, CAN_PAUSE
 from store.lance import LanceStore
 from tests.support.app import CHAT, ClientFactory, chat, config, make
 from tests.support.openai_server import UpstreamServer
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.skipif(not CAN_PAUSE, reason="the child is held on Linux only")
 STOPPED = ("t", "T")
@@ -94,13 +94,6 @@ async def test_a_step_asked_for_ahead_neither_wakes_nor_keeps_awake_a_held_child
     assert [own.cached(t) is None for t in steps[:3]] == [True] * 3  # dropped
     assert own.embed_nowait([steps[0]], urgent=False) is True  # asked again: embedded
     await until(lambda: own.cached(steps[0]) is not None, 60)
-
-
-async def until(check: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
 
 
 def test_a_child_stopped_by_a_server_that_is_sigkilled_dies_with_it(tmp_path: Path) -> None:
