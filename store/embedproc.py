@@ -15,9 +15,9 @@ slice at most), those two in turn while both wait: back to back, a step a reques
 otherwise keep the passages' vectors waiting for as long as the loop runs. Only an urgent
 job runs on two threads, resumes a held child or keeps it from being held: every busy
 turn used to ask for its step's vector as urgent, and back to back they queued by the
-hundred (tau-bench's 40 trajectories, 571 requests in seconds: ~220 urgent jobs, still
-~150 when the agent-loop bench's 1,000-message histories came after its cold phase), ran
-on two threads, and kept every stop refused (proxy/hush.py).
+hundred (tau-bench's 40 trajectories, 571 requests in seconds:
+~220 urgent jobs, still ~150 when the agent-loop bench's 1,000-message histories came
+after its cold phase), ran on two threads, and kept every stop refused (proxy/hush.py).
 One dispatcher thread sends one job at a time over a pipe and hands the vectors back
 through a `concurrent.futures.Future`, so callers on any event loop (or none) can wait on
 it. If the child dies (killed, out of memory), the dispatcher starts a new one and
