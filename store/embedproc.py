@@ -9,13 +9,11 @@ event loop never waits on it; torch (400 MB, 6 s to import here) is not even
 loaded in the proxy's process.
 
 Shape: the parent keeps bounded queues of jobs, `urgent` (a request's query, a few texts,
-that the request waits on) before `ahead` (a step's words a later turn will look up) and
+that the request waits on) before `ahead` (a step's words a later turn will look up) before
 `bulk` (the worker's passages, sliced into `batch_size` texts so an urgent job waits for one
-slice at most), those two in turn while both wait: back to back, a step a request would
-otherwise keep the passages' vectors waiting for as long as the loop runs. Only an urgent
-job runs on two threads, resumes a held child or keeps it from being held: every busy
-turn used to ask for its step's vector as urgent, and back to back they queued by the
-hundred (tau-bench's 40 trajectories, 571 requests in seconds:
+slice at most). Only an urgent job runs on two threads, resumes a held child or keeps it
+from being held: every busy turn used to ask for its step's vector as urgent, and back to
+back they queued by the hundred (tau-bench's 40 trajectories, 571 requests in seconds:
 ~220 urgent jobs, still ~150 when the agent-loop bench's 1,000-message histories came
 after its cold phase), ran on two threads, and kept every stop refused (proxy/hush.py).
 One dispatcher thread sends one job at a time over a pipe and hands the vectors back
@@ -96,7 +94,6 @@ class EmbedProcess(ChildLife, JobQueues):
         self.restarts = 0  # children that died and were replaced
         self.failures = 0  # children that could not load the model, in a row
         self._paused = False  # the child is SIGSTOPped (`pause`)
-        self._last_ahead = False  # the last job not urgent came from `ahead`
 
     # -- submitting ----------------------------------------------------------------------
     def submit(self, texts: list[str], *, urgent: bool = False,
@@ -168,14 +165,9 @@ class EmbedProcess(ChildLife, JobQueues):
                     self._cond.wait(timeout=1.0)  # and look at the child every second
                 if self._stopping:
                     return
-                # urgent first; an ahead job (the newest step first) and a bulk slice in
-                # turn while both wait, so a stream of steps never starves the passages
-                take_ahead = self._ahead and not (self._bulk and self._last_ahead)
                 job = (self._urgent.popleft() if self._urgent
-                       else self._ahead.pop() if take_ahead
+                       else self._ahead.pop() if self._ahead  # the newest step first
                        else self._bulk.popleft() if self._bulk else None)
-                if job is not None and not job.urgent:
-                    self._last_ahead = job.ahead
                 self._current = job
             if job is None and self._child is not None:
                 log.warning("embedder_process_died", pid=self.pid, idle=True,

@@ -2,9 +2,8 @@
 
 `urgent` (a request's query, a few texts: a request waits on it) before `ahead` (a step's
 words a later turn will look up: nobody waits, the newest first, only the newest
-`AHEAD` kept; while both wait, an ahead job and a bulk slice go in turn) and `bulk` (the
-worker's passages, sliced into `batch_size` texts so an urgent job waits for one slice
-at most), together at most `max_queued` texts, under the
+`AHEAD` kept) before `bulk` (the worker's passages, sliced into `batch_size` texts so an
+urgent job waits for one slice at most), together at most `max_queued` texts, under the
 one condition variable the dispatcher waits on. A job's vectors come back through a
 `concurrent.futures.Future`, so callers on any event loop (or none) can wait on it; a bulk
 job's slices are `joined` into one.

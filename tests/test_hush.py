@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -94,36 +94,6 @@ async def test_a_step_asked_for_ahead_neither_wakes_nor_keeps_awake_a_held_child
     assert [own.cached(t) is None for t in steps[:3]] == [True] * 3  # dropped
     assert own.embed_nowait([steps[0]], urgent=False) is True  # asked again: embedded
     await until(lambda: own.cached(steps[0]) is not None, 60)
-
-
-async def test_steps_asked_for_ahead_and_background_passages_take_turns(
-        own: SentenceTransformerEmbedder) -> None:
-    """While both wait, an ahead job and a bulk slice go in turn: a stream of steps (one
-    a request, back to back) does not starve the passages' vectors."""
-    await own.load()
-    proc = own.process
-    assert proc.pause() is True
-    stamp = time.time()
-    done: list[str] = []
-
-    def note(name: str) -> Callable[[object], None]:
-        return lambda _future: done.append(name)
-
-    for k in range(3):  # three slices of background passages
-        part = proc.submit([f"passage {k}.{i} {stamp}" for i in range(proc.batch_size)])
-        assert part is not None
-        part.add_done_callback(note(f"slice {k}"))
-    for i in range(3):
-        step = proc.submit([f"step {i} {stamp}"], ahead=True)
-        assert step is not None
-        step.add_done_callback(note(f"step {i}"))
-    proc.resume()
-    await until(lambda: len(done) == 6, 60)
-    # whichever goes first (the last job before the pause decides), they alternate
-    kinds = [d.split()[0] for d in done]
-    assert all(a != b for a, b in zip(kinds, kinds[1:], strict=False)), done
-    assert [d for d in done if d.startswith("step")] == ["step 2", "step 1", "step 0"]
-    assert [d for d in done if d.startswith("slice")] == ["slice 0", "slice 1", "slice 2"]
 
 
 def test_a_child_stopped_by_a_server_that_is_sigkilled_dies_with_it(tmp_path: Path) -> None:
