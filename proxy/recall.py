@@ -57,6 +57,14 @@ HOSTS = ("user", "tool")
 WHOLE_PICKS = 4
 WHOLE_STRENGTH = 0.5
 WHOLE_SHARE = 0.35
+# Once a recall has chosen something and less than this is left of its budget, the
+# passages still ranked are not weighed: each could go in only cut to a line (`focus`;
+# a passage's header line alone is HEADER tokens), and weighing each (its record's
+# opening and continuation, counting, cutting) was most of a long question's selection.
+# On the written-apart sets (back to back, 1,238 selections of two sets) the budget was
+# this full in 595; 17,015 candidates were weighed after that, for 33 one-line squeezes
+# and no fact kept (docs/design-notes.md).
+MIN_ROOM = 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +241,8 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
         yield from later
 
     for _, h, why in novel_first():
+        if out and budget - used < MIN_ROOM:
+            break
         if h.chunk_id not in evicted or h.text in seen or not h.text.strip():
             continue
         m = meta.get(h.chunk_id)

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from proxy.excerpt import continued, focus, preceded
-from proxy.recall import ChunkMeta, Recalled, render, select
+from proxy.recall import HEADER, MIN_ROOM, ChunkMeta, Recalled, render, select
 from proxy.step import onward_terms
 from store.relevance import Hit, RelevanceIndex
 from store.terms import terms
@@ -478,3 +478,22 @@ def test_passages_that_follow_each_other_read_on_under_one_header() -> None:
     together = block([1, 0])
     assert '"total": "1,220.05"' in together and together.count("[chunk fares,") == 1
     assert block([0, 2]).count("[chunk fares,") == 2
+
+
+def test_a_nearly_full_recall_weighs_no_more_passages() -> None:
+    """Once something is chosen and less than `MIN_ROOM` of the budget is left, the
+    passages still ranked are not weighed: each could only go in cut to a line. Before
+    anything is chosen a small budget still takes a small passage."""
+    big = Hit("aaaa", 0, "Berth 4 crane log: " + "spreader twistlock cycle ok; " * 5, 9.0, 0.9)
+    small = Hit("bbbb", 0, "crane 7 idle", 5.0, 0.6)
+    meta = {c: ChunkMeta(1, "tool", "TRANSIENT") for c in ("aaaa", "bbbb")}
+    args: dict[str, Any] = {"query": "which crane log", "min_relevance": 0.1,
+                            "min_relative": 0.0, "top_k": 8, "count": COUNT}
+    room = len(big.text) + HEADER + MIN_ROOM - 1  # after it, one token short of MIN_ROOM
+    assert len(small.text) + HEADER < MIN_ROOM  # ...where the small one would still fit
+    got = select([big, small], {"aaaa", "bbbb"}, meta, budget=room, **args)
+    assert [r.hit.chunk_id for r in got] == ["aaaa"]
+    got = select([big, small], {"aaaa", "bbbb"}, meta, budget=room + 1, **args)
+    assert [r.hit.chunk_id for r in got] == ["aaaa", "bbbb"]
+    got = select([small], {"bbbb"}, meta, budget=len(small.text) + HEADER, **args)
+    assert [r.hit.chunk_id for r in got] == ["bbbb"]
