@@ -1,4 +1,4 @@
-"""Facts kept on workloads written apart: fourteen sets of black-box sessions.
+"""Facts kept on workloads written apart: fifteen sets of black-box sessions.
 
 Each was written by a helper that saw none of ctxwarden's code or benches, with a
 generator of its own (one-offs, not kept; the sessions are kept as data):
@@ -142,6 +142,19 @@ generator of its own (one-offs, not kept; the sessions are kept as data):
   system prompt), each asked 38 or more messages later, a third of the asking messages
   asking two. Measured before it was read, on that morning's code: RWOE kept 118 / 120
   of 144 back to back / cold; mask 118 / 116, lru 116 / 112, truncate 117 / 116.
+- *fifteenth* (`tests/data/blackbox15-sessions.json.gz`, 2026-12-07, kept for measuring
+  like the third and fourth: counted, never studied): six more domains (a coding agent
+  in a Node.js/Express and Redis API, a hydroelectric dam's operations desk, mortgage
+  underwriting, an ISP's network operations centre on a fibre cut, a zoo's animal-care
+  and veterinary records, a broadcast playout control room), two sessions each (the two
+  share their tool calls and most question wording; names, ids and values differ); 12
+  sessions of 102-105 messages (~45-49k tokens, 35-39 tool outputs of ~7 to ~7.9k
+  tokens), 288 facts (192 tool, 48 user, 48 constraint, five in the system prompt), each
+  asked 46 or more messages later, a third of the asking messages asking two; the
+  assistant answers a question in one templated line. Measured before anything was
+  changed for it (`47640e3`): RWOE kept 266 / 268 of 288 back to back / cold (tool
+  facts 170 / 192), the same through `ctxwarden serve` with the `openai` SDK as the
+  client and no session header; mask 266 / 265, lru 266 / 266, truncate 266 / 265.
 Questions name neither the answer nor, where avoidable, its label.
 
 Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every
@@ -191,7 +204,8 @@ SETS = {"first": _DIR / "blackbox-sessions.json.gz",
         "eleventh": _DIR / "blackbox11-sessions.json.gz",
         "twelfth": _DIR / "blackbox12-sessions.json.gz",
         "thirteenth": _DIR / "blackbox13-sessions.json.gz",
-        "fourteenth": _DIR / "blackbox14-sessions.json.gz"}
+        "fourteenth": _DIR / "blackbox14-sessions.json.gz",
+        "fifteenth": _DIR / "blackbox15-sessions.json.gz"}
 DATA = SETS["first"]
 PACED = ("rwoe", "mask")
 

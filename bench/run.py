@@ -63,8 +63,9 @@ SECTIONS: dict[str, tuple[str, str, Callable[[bool], Any]]] = {
               "owes to its draw: the same sessions' generator on seeds 0-19, every policy, in "
               "process (bench/seeds.py).", _run("bench.seeds")),
     "blackbox": ("Facts kept on a workload written apart", "Sessions written apart by "
-                 "helpers that saw no code here (fourteen sets, eighty-three domains nobody "
-                 "here tuned for; the third and fourth are never studied, only counted), "
+                 "helpers that saw no code here (fifteen sets, eighty-nine domains nobody "
+                 "here tuned for; the third, fourth and fifteenth are never studied, only "
+                 "counted), "
                  "every policy, in "
                  "process (bench/blackbox.py).",
                  _run("bench.blackbox")),
