@@ -1,0 +1,90 @@
+"""A written-apart set through `ctxwarden serve`, as a client would send it.
+
+bench/blackbox.py replays the sets in process (`Pipeline.prepare`, no HTTP, no store, no
+embedder). This sends one set's sessions, every request in order and back to back, to
+the real server (its own process, LanceDB in a temporary directory, the embedder
+working beside), with the official `openai` SDK as the client and no session header (the
+proxy finds the session from the messages, as it does for any client), and reads what
+reached the test suite's stand-in upstream. The facts it kept and missed should be the
+in-process replay's, policy by policy (docs/design-notes.md: the fourteenth and
+fifteenth sets, RWOE).
+
+    .venv/bin/python -m bench.audit [set name, default fifteenth] [policy, default rwoe]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+from openai import AsyncOpenAI
+
+import proxy  # noqa: F401  (offline defaults)
+from bench.agentloop import config
+from bench.blackbox import SETS, sessions
+from bench.harness import ProxyProcess, free_port
+
+
+async def audit(data: list[dict[str, Any]], policy: str) -> tuple[Counter[str], list[str]]:
+    """Facts asked and kept by kind (`asked_<kind>`, `kept_<kind>`, `errors`) and the
+    facts missed (`session:fact`)."""
+    from tests.support.openai_server import UpstreamServer
+
+    upstream = await UpstreamServer(context_window=None, record=True).start()
+    tmp = Path(tempfile.mkdtemp(prefix="ctxw-audit-"))
+    port = free_port()
+    server = ProxyProcess(config(tmp, port, upstream.url, policy), port).start()
+    client = AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    c: Counter[str] = Counter()
+    missed: list[str] = []
+    try:
+        await server.ready()
+        for s in data:
+            asks: dict[int, list[dict[str, Any]]] = {}
+            for f in s["facts"]:
+                asks.setdefault(f["ask_index"] + 1, []).append(f)
+            for k in s["requests"]:
+                del upstream.history[:]
+                try:
+                    await client.chat.completions.create(model="loop-1",
+                                                         messages=s["messages"][:k])
+                except Exception:  # counted: an audit reports, it does not stop
+                    c["errors"] += 1
+                    continue
+                wire = orjson.dumps(upstream.history[-1].body["messages"]).decode()
+                for f in asks.get(k, ()):
+                    c["asked_" + f["kind"]] += 1
+                    kept = orjson.dumps(f["answer"]).decode()[1:-1] in wire
+                    c["kept_" + f["kind"]] += kept
+                    if not kept:
+                        missed.append(f"{s['id']}:{f['name']}")
+    finally:
+        await client.close()
+        server.stop()
+        await upstream.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return c, missed
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    name = args[0] if args else "fifteenth"
+    policy = args[1] if len(args) > 1 else "rwoe"
+    c, missed = asyncio.run(audit(sessions(SETS[name]), policy))
+    kinds = sorted(k[6:] for k in c if k.startswith("asked_"))
+    kept = sum(c[f"kept_{k}"] for k in kinds)
+    asked = sum(c[f"asked_{k}"] for k in kinds)
+    by_kind = ", ".join(f"{k} {c[f'kept_{k}']}/{c[f'asked_{k}']}" for k in kinds)
+    print(f"{name} through ctxwarden serve, {policy}, back to back: kept {kept} of {asked} "
+          f"({by_kind}); errors {c['errors']}")
+    print("missed:", " ".join(sorted(missed)) or "none")
+
+
+if __name__ == "__main__":
+    main()
