@@ -168,7 +168,8 @@ def select(hits: list[Hit], evicted: set[str], meta: dict[str, ChunkMeta], *,
     (`preceded`; left out where they alone do not fit); `header(chunk id)`: the header
     of the table a chunk opens with, which a later passage of it shows first, room left
     (`headed`); `whole(chunk id)`: every passage of a chunk, for the rest of a small
-    output a question's first clear matches bring (`rest_of`)."""
+    output a question's first clear matches bring (`rest_of`). Once something is chosen
+    and less than `MIN_ROOM` tokens of the budget are left, the rest are not weighed."""
     if budget <= 0 or not (hits or vectors):
         return []
     # "within min_relative of the best" among the candidates: an in-context message that
