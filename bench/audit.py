@@ -22,12 +22,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import orjson
 from openai import AsyncOpenAI
 
 import proxy  # noqa: F401  (offline defaults)
 from bench.agentloop import config
-from bench.blackbox import SETS, sessions
+from bench.blackbox import SETS, _tally, sessions
 from bench.harness import ProxyProcess, free_port
 
 
@@ -57,13 +56,8 @@ async def audit(data: list[dict[str, Any]], policy: str) -> tuple[Counter[str], 
                 except Exception:  # counted: an audit reports, it does not stop
                     c["errors"] += 1
                     continue
-                wire = orjson.dumps(upstream.history[-1].body["messages"]).decode()
-                for f in asks.get(k, ()):
-                    c["asked_" + f["kind"]] += 1
-                    kept = orjson.dumps(f["answer"]).decode()[1:-1] in wire
-                    c["kept_" + f["kind"]] += kept
-                    if not kept:
-                        missed.append(f"{s['id']}:{f['name']}")
+                for f in asks.get(k, ()):  # counted as the in-process replay counts
+                    _tally(c, missed, s["id"], f, upstream.history[-1].body)
     finally:
         await client.close()
         server.stop()
