@@ -26,7 +26,7 @@ from openai import AsyncOpenAI
 
 import proxy  # noqa: F401  (offline defaults)
 from bench.agentloop import config
-from bench.blackbox import SETS, _tally, sessions
+from bench.blackbox import SETS, _cell, _tally, sessions
 from bench.harness import ProxyProcess, free_port
 
 
@@ -53,11 +53,12 @@ async def audit(data: list[dict[str, Any]], policy: str) -> tuple[Counter[str], 
                 try:
                     await client.chat.completions.create(model="loop-1",
                                                          messages=s["messages"][:k])
-                except Exception:  # counted: an audit reports, it does not stop
+                    sent = upstream.history[-1].body
+                except Exception:  # counted, and its facts missed: an audit does not stop
                     c["errors"] += 1
-                    continue
+                    sent = {"messages": []}
                 for f in asks.get(k, ()):  # counted as the in-process replay counts
-                    _tally(c, missed, s["id"], f, upstream.history[-1].body)
+                    _tally(c, missed, s["id"], f, sent)
     finally:
         await client.close()
         server.stop()
@@ -71,12 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     name = args[0] if args else "fifteenth"
     policy = args[1] if len(args) > 1 else "rwoe"
     c, missed = asyncio.run(audit(sessions(SETS[name]), policy))
-    kinds = sorted(k[6:] for k in c if k.startswith("asked_"))
-    kept = sum(c[f"kept_{k}"] for k in kinds)
-    asked = sum(c[f"asked_{k}"] for k in kinds)
-    by_kind = ", ".join(f"{k} {c[f'kept_{k}']}/{c[f'asked_{k}']}" for k in kinds)
-    print(f"{name} through ctxwarden serve, {policy}, back to back: kept {kept} of {asked} "
-          f"({by_kind}); errors {c['errors']}")
+    print(f"{name} through ctxwarden serve, {policy}, back to back: kept {_cell(c)} "
+          f"(tool / user / constraint); errors {c['errors']}")
     print("missed:", " ".join(sorted(missed)) or "none")
 
 
