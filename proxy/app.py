@@ -8,7 +8,7 @@ from datetime import timedelta
 import structlog
 from aiohttp import web
 
-from proxy import admin, handlers, passthrough
+from proxy import admin, handlers, passthrough, responses
 from proxy.auth import require_key, setup_auth
 from proxy.config import ConfigError, Settings
 from proxy.errors import MethodNotAllowed, ProxyError, RouteNotFound
@@ -130,6 +130,7 @@ def init_app(settings: Settings, store: Store | None = None,
     app.cleanup_ctx.append(resources)
     app.router.add_post("/v1/chat/completions", handlers.chat_completions)
     app.router.add_post("/chat/completions", handlers.chat_completions)
+    app.router.add_post("/v1/responses", responses.responses)  # managed like chat
     app.router.add_get("/v1/models", handlers.models)
     app.router.add_get("/v1/models/{model:.+}", handlers.model)
     app.router.add_get("/healthz", handlers.healthz)

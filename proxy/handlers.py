@@ -91,7 +91,7 @@ async def _forward(request: web.Request, prepared: Prepared, body: dict[str, Any
         try:
             reply = await upstream.complete(route, prepared.body, api_key, sent)
             if unproven:
-                await _accepted(request, prepared)
+                await accepted(request, prepared)
         except asyncio.CancelledError:  # the client left before the upstream answered
             _left(started, fields)
             raise
@@ -113,7 +113,7 @@ async def _forward(request: web.Request, prepared: Prepared, body: dict[str, Any
         raise
     if unproven:
         try:
-            await _accepted(request, prepared)
+            await accepted(request, prepared)
         except BaseException as exc:
             await stream.aclose()  # the upstream's response is not left open
             if isinstance(exc, asyncio.CancelledError):
@@ -144,7 +144,7 @@ async def _forward(request: web.Request, prepared: Prepared, body: dict[str, Any
     return resp
 
 
-async def _accepted(request: web.Request, prepared: Prepared) -> None:
+async def accepted(request: web.Request, prepared: Prepared) -> None:
     """The provider took the caller's key: remember it, and write what the turn deferred.
     If that write fails, the reply still goes out (the provider has answered): the
     session's state did not take the turn's evictions, so the next turn makes them again,

@@ -1,4 +1,5 @@
-"""The rest of OpenAI's API, passed through: `/v1/embeddings`, `/v1/responses`, files, …
+"""The rest of OpenAI's API, passed through: `/v1/embeddings`, files, … (and the
+`/v1/responses` requests proxy/responses.py does not fit).
 
 A user points `OPENAI_BASE_URL` at ctxwarden and changes nothing else, so the same client
 also calls the endpoints ctxwarden does not manage. Those go to an upstream unchanged:
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import orjson
@@ -84,12 +86,24 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         raise web.HTTPMethodNotAllowed(request.method, OWN[tail])
     if tail.strip("/") in OWN:  # ours, misspelt ("chat/completions/"): not the provider's
         raise web.HTTPNotFound()
+    return await send(request, tail, await request.read())
+
+
+async def send(request: web.Request, tail: str, raw: bytes, *,
+               route: RouteSettings | None = None, headers: dict[str, str] | None = None,
+               before: Callable[[int], Awaitable[None]] | None = None,
+               logged: bool = True) -> web.StreamResponse:
+    """`raw` to the upstream's `/v1/<tail>` with the request's method, query and headers;
+    its answer relayed. `route`: the upstream to use (else the body's model chooses, as
+    above); `headers`: added to the answer's; `before(status)`: awaited once the
+    upstream's status line is in, before anything reaches the client; `logged`: False
+    when the caller writes the request's log line."""
     started = time.perf_counter()
-    raw = await request.read()
     upstream = request.app[UPSTREAM]
     settings = request.app[SETTINGS]
-    direct = {r.name for r in settings.routes if upstream.target(r).transport == "direct"}
-    route = upstream_route(settings, _model_of(raw, request.content_type), direct)
+    if route is None:
+        direct = {r.name for r in settings.routes if upstream.target(r).transport == "direct"}
+        route = upstream_route(settings, _model_of(raw, request.content_type), direct)
     if route is None:
         raise RouteNotFound(f"Unknown path: {request.method} {request.path} (ctxwarden passes "
                             "the rest of OpenAI's API to a route whose provider speaks OpenAI's "
@@ -106,16 +120,21 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         raise map_upstream_error(exc, api_base=target.api_base, timeout=target.timeout,
                                  secrets=target.secrets) from None
     try:
-        return await _relay(request, resp)
+        if before is not None:
+            await before(resp.status)
+        return await _relay(request, resp, headers or {})
     finally:
         resp.release()
-        log.info("passthrough", method=request.method, path=request.path, route=route.name,
-                 status=resp.status, latency_ms=round((time.perf_counter() - started) * 1000, 2))
+        if logged:
+            log.info("passthrough", method=request.method, path=request.path, route=route.name,
+                     status=resp.status,
+                     latency_ms=round((time.perf_counter() - started) * 1000, 2))
 
 
-async def _relay(request: web.Request, resp: aiohttp.ClientResponse) -> web.StreamResponse:
+async def _relay(request: web.Request, resp: aiohttp.ClientResponse,
+                 extra: dict[str, str]) -> web.StreamResponse:
     out = web.StreamResponse(status=resp.status, reason=resp.reason, headers={
-        k: v for k, v in resp.headers.items() if k.lower() not in _HOP})
+        **{k: v for k, v in resp.headers.items() if k.lower() not in _HOP}, **extra})
     await out.prepare(request)
     try:
         async for data in resp.content.iter_any():

@@ -241,5 +241,6 @@ class Pipeline:
             evicted=len(fit.evicted), new_evictions=len(fit.new),
             recalled=sum(len(b.passages) for b in recall.blocks), prefix_ratio=ratio,
             events=events, pending=commit, laps=laps,
+            kept=tuple(i for i, c in enumerate(costs) if c),
         )
         return prepared

@@ -36,6 +36,9 @@ class Prepared:
     # A turn that drops nothing, prepared with `beside`: its decisions' write, in flight.
     beside: asyncio.Task[None] | None = None
     laps: Laps = field(default_factory=Laps)  # where its preparation's time went
+    # The client's messages that `body["messages"]` holds, in order, by index: the i-th
+    # message forwarded is the client's `kept[i]`, itself or its stub, cut or recall host.
+    kept: tuple[int, ...] = ()
 
     async def commit(self, beside: bool = False) -> None:
         """Run what `prepare(defer=True)` deferred (a no-op otherwise, or the second time);

@@ -166,6 +166,15 @@ class UpstreamServer(FakeServer):
         except Rejected as rej:
             return web.Response(status=rej.status, body=rej.body, content_type="application/json")
         reply = self._queue.popleft() if self._queue else Reply(text="ok")
+        unpaired = _unpaired(body.get("input"))
+        if unpaired:
+            return web.Response(status=400, body=_err(unpaired, "invalid_request_error", None,
+                                                      "input"), content_type="application/json")
+        if reply.status != 200:
+            return self._error_response(reply, body)
+        if not body.get("stream"):
+            return web.Response(body=orjson.dumps(self._response(body, reply)),
+                                content_type="application/json")
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         await resp.prepare(request)
         try:
@@ -181,6 +190,28 @@ class UpstreamServer(FakeServer):
             raise
         await resp.write_eof()
         return resp
+
+    def _response(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        """A non-streamed Responses API answer: the reply's text as a message item, its
+        calls as `function_call` items."""
+        output: list[dict[str, Any]] = [
+            {"type": "function_call", "id": f"fc_{next(self._ids):06d}",
+             "call_id": c["id"], "name": c["function"]["name"],
+             "arguments": c["function"]["arguments"], "status": "completed"}
+            for c in self._tool_calls(reply)]
+        if reply.text is not None and not output:
+            output.append({"type": "message", "id": f"msg_{next(self._ids):06d}",
+                           "status": "completed", "role": "assistant",
+                           "content": [{"type": "output_text", "text": reply.text,
+                                        "annotations": []}]})
+        n = len(orjson.dumps(body.get("input"))) // 4
+        return {"id": f"resp_{next(self._ids):06d}", "object": "response",
+                "created_at": int(time.time()), "model": body.get("model"),
+                "status": "completed", "output": output, "parallel_tool_calls": True,
+                "tool_choice": "auto", "tools": body.get("tools") or [],
+                "usage": {"input_tokens": n, "output_tokens": 1, "total_tokens": n + 1,
+                          "input_tokens_details": {"cached_tokens": 0},
+                          "output_tokens_details": {"reasoning_tokens": 0}}}
 
     async def _files(self, request: web.Request) -> web.Response:
         await self._received(request)
@@ -402,6 +433,25 @@ class UpstreamServer(FakeServer):
             self.disconnects += 1
             return False
         return True
+
+
+def _unpaired(items: Any) -> str | None:
+    """OpenAI's refusal of a Responses input whose calls and outputs do not pair up."""
+    if not isinstance(items, list):
+        return None
+    calls = {str(i.get("call_id")) for i in items if isinstance(i, dict)
+             and i.get("type") in ("function_call", "custom_tool_call")}
+    for item in items:
+        if isinstance(item, dict) and item.get("type") in ("function_call_output",
+                                                           "custom_tool_call_output"):
+            if str(item.get("call_id")) not in calls:
+                return (f"No tool call found for function call output with call_id "
+                        f"{item.get('call_id')}.")
+    answered = {str(i.get("call_id")) for i in items if isinstance(i, dict)
+                and str(i.get("type", "")).endswith("_output")}
+    for call in sorted(c for c in calls if c not in answered):
+        return f"No tool output found for function call {call}."
+    return None
 
 
 def _split(text: str, n: int | None) -> list[str]:

@@ -1,0 +1,128 @@
+"""`POST /v1/responses`: the Responses API managed like chat, or passed through.
+
+OpenAI's Agents SDK and Codex call the Responses API, not chat completions; a user who
+points `OPENAI_BASE_URL` here changes nothing else, so their loops are fitted too. A
+request whose whole history is in its `input` (a list of items, no
+`previous_response_id` or `conversation`: with those the provider holds the history, and
+the request only its newest items) goes through the same pipeline as a chat request:
+its items become chat messages (proxy/items.py), the pipeline chunks, fits, offloads and
+recalls them in the request's session, and the fitted messages go back over the items
+they came from. The body goes to the route's upstream at `/responses`, with the route's
+model and key, and the answer (a stream too) comes back as the provider sent it, with
+ctxwarden's headers. `/admin/sent` holds the Responses body as it was sent.
+
+Passed through unchanged (proxy/passthrough.py, one `responses_passed` log line with the
+reason): a body that is not JSON, or not translated (a built-in tool's items, an
+`item_reference`), or not valid as chat (the provider says what is wrong), a request
+with server-side state, a model no route takes, and a route whose provider does not
+speak OpenAI's wire format (LiteLLM has no Responses API to forward it through here).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+
+from proxy import metrics
+from proxy.auth import AUTH, tenant_of, upstream_key_of
+from proxy.errors import InvalidRequest, PayloadTooLarge
+from proxy.handlers import accepted
+from proxy.items import Plan, Untranslatable, to_chat, to_items
+from proxy.keys import PIPELINE, SETTINGS, UPSTREAM
+from proxy.passthrough import send
+from proxy.session import session_key
+from proxy.validate import validate_body
+from store.quiet import FORWARD_HOLD_S, QUIET
+
+log = structlog.get_logger("ctxwarden")
+
+STATEFUL = ("previous_response_id", "conversation")
+# what the chat body carries besides messages: the session's keys and the budget's inputs
+CARRIED = ("user", "metadata", "tools", "stream")
+
+
+async def responses(request: web.Request) -> web.StreamResponse:
+    started = time.perf_counter()
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[SETTINGS].server.max_body_mb
+        raise PayloadTooLarge(f"Request body is larger than the configured limit of {limit:g} MB "
+                              "(server.max_body_mb).") from None
+    with QUIET.busy():
+        body, chat, plan, why = _translated(raw)
+        if body is None or chat is None or plan is None:
+            log.info("responses_passed", reason=why)
+            return await send(request, "responses", raw)
+        settings = request.app[SETTINGS]
+        route = settings.route_for(chat["model"])
+        upstream = request.app[UPSTREAM]
+        if route is None or upstream.target(route).transport != "direct":
+            log.info("responses_passed", reason="no route takes the model over OpenAI's wire"
+                     if route is None else f"route {route.name} does not go direct")
+            return await send(request, "responses", raw)
+        tenant = tenant_of(request)
+        key = session_key(request.headers.get("X-Session-ID"), tenant, chat)
+        structlog.contextvars.bind_contextvars(session=key.id, route=route.name)
+        api_key = upstream_key_of(request)
+        guard = request.app.get(AUTH)
+        unproven = api_key is not None and guard is not None and not guard.proven(tenant)
+        pipeline = request.app[PIPELINE]
+        prepared = await pipeline.prepare(chat, route, tenant, key, defer=unproven,
+                                          beside=True)
+        body = {**body, "model": upstream.target(route, api_key).model,
+                "input": to_items(plan, prepared.body["messages"], prepared.kept)}
+    fields: dict[str, Any] = {**prepared.log_fields(), "stream": bool(chat.get("stream")),
+                              "endpoint": "responses",
+                              "overhead_ms": round((time.perf_counter() - started) * 1000, 2)}
+    metrics.observe(request, prepared, fields["overhead_ms"])
+    forwarded = QUIET.hold(FORWARD_HOLD_S)
+    try:
+        async def ready(status: int) -> None:  # the upstream's status line is in
+            if unproven and status < 400:
+                await accepted(request, prepared)
+            await prepared.settled()
+            if not unproven or status < 400:  # /admin/sent: the body as it was sent
+                pipeline.sent.put(tenant, prepared.session, prepared.turn, body)
+
+        resp = await send(request, "responses", orjson.dumps(body), route=route,
+                          headers=prepared.headers(), before=ready, logged=False)
+    finally:
+        forwarded()
+    log.info("request", status=resp.status, latency_ms=round(
+        (time.perf_counter() - started) * 1000, 2), **fields)
+    return resp
+
+
+Translated = tuple[dict[str, Any] | None, dict[str, Any] | None, Plan | None, str]
+
+
+def _translated(raw: bytes) -> Translated:
+    """The Responses body, the chat body standing for it and the plan to write it back;
+    or Nones and why the request is passed through instead."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None, None, None, "not JSON"
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        return None, None, None, "no model"
+    held = [k for k in STATEFUL if body.get(k)]
+    if held:
+        return None, None, None, f"the provider holds the history ({held[0]})"
+    try:
+        plan = to_chat(body)
+    except Untranslatable as exc:
+        return None, None, None, str(exc)
+    chat: dict[str, Any] = {"model": body["model"], "messages": plan.messages}
+    chat.update((k, body[k]) for k in CARRIED if body.get(k) is not None)
+    if isinstance(body.get("max_output_tokens"), int):
+        chat["max_completion_tokens"] = body["max_output_tokens"]
+    try:
+        validate_body(chat)
+    except InvalidRequest as exc:
+        return None, None, None, f"not valid as chat: {exc}"
+    return body, chat, plan, ""

@@ -1,0 +1,244 @@
+"""`/v1/responses` fitted like chat (proxy/responses.py, proxy/items.py): the official
+openai SDK's `client.responses.create` → real app → the real OpenAI stand-in, which
+refuses an input whose calls and outputs do not pair up, as OpenAI does."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import openai
+import orjson
+import pytest
+from aiohttp.test_utils import TestClient
+from structlog.testing import capture_logs
+
+from proxy.app import init_app
+from proxy.config import Settings
+from proxy.items import Untranslatable, to_chat, to_items
+from proxy.keys import PIPELINE
+from store.base import MemoryStore
+from tests.support.app import ClientFactory, settings_for
+from tests.support.messages import filler
+from tests.support.openai_server import UpstreamServer
+
+FACT = "The staging database host is pg-stage-7.internal:5433."
+
+
+def fc(cid: str, name: str = "read_file", args: str = "{}") -> dict[str, Any]:
+    return {"type": "function_call", "call_id": cid, "name": name, "arguments": args}
+
+
+def out(cid: str, text: str) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": cid, "output": text}
+
+
+def said(role: str, text: str) -> dict[str, Any]:
+    return {"type": "message", "role": role,
+            "content": [{"type": "input_text" if role == "user" else "output_text",
+                         "text": text}]}
+
+
+def loop_items(rounds: int, question: str | None = None) -> list[dict[str, Any]]:
+    """An agent's Responses input: a task, `rounds` calls each with a 600-word output (the
+    first holding FACT), reasoning before each call, and a question last."""
+    items: list[dict[str, Any]] = [said("user", "Audit the service configuration files.")]
+    for i in range(rounds):
+        items.append({"type": "reasoning", "id": f"rs_{i}", "summary": [
+            {"type": "summary_text", "text": f"Next, file {i}."}]})
+        items.append(fc(f"call_{i}", args=f'{{"path": "conf/{i}.env"}}'))
+        body = filler(600, f"f{i}")
+        items.append(out(f"call_{i}", f"{FACT}\n{body}" if i == 0 else body))
+    items.append(said("user", question or "Summarise what you found."))
+    return items
+
+
+@pytest.fixture
+async def client(aiohttp_client: ClientFactory,
+                 upstream: UpstreamServer) -> AsyncIterator[TestClient[Any, Any]]:
+    settings = settings_for(upstream, recall={"enabled": True})
+    yield await aiohttp_client(init_app(settings, store=MemoryStore()))
+
+
+@pytest.fixture
+async def api(client: TestClient[Any, Any]) -> AsyncIterator[Any]:
+    """The official client (typed Any: the plain dict items here are what it sends)."""
+    made = openai.AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key="sk-client",
+                              max_retries=0)
+    yield made
+    await made.close()
+
+
+def calls_pair(items: list[dict[str, Any]]) -> bool:
+    calls = [i["call_id"] for i in items if i.get("type") == "function_call"]
+    outs = [i["call_id"] for i in items if i.get("type") == "function_call_output"]
+    return sorted(calls) == sorted(outs)
+
+
+async def test_a_long_history_is_fitted_paired_and_answered(
+        api: Any, upstream: UpstreamServer) -> None:
+    upstream.enqueue("All files read.")
+    items = loop_items(8)
+    raw = await api.responses.with_raw_response.create(
+        model="test-1", input=items, instructions="You are a careful auditor.",
+        extra_headers={"X-Session-ID": "resp-1"})
+    answer = raw.parse()
+    assert answer.output_text == "All files read."  # the provider's answer, as it sent it
+    assert int(raw.headers["x-ctxwarden-evicted"]) > 0
+    assert int(raw.headers["x-ctxwarden-tokens-out"]) < int(raw.headers["x-ctxwarden-tokens-in"])
+    sent = upstream.history[-1]
+    assert sent.path == "/v1/responses"
+    assert sent.body["model"] == "gpt-4o"  # the route's upstream model, as for chat
+    assert sent.body["instructions"] == "You are a careful auditor."
+    forwarded = sent.body["input"]
+    assert calls_pair(forwarded)  # the stand-in would have refused it otherwise
+    stubs = [i for i in forwarded if i.get("type") == "function_call_output"
+             and "offloaded as chunk" in i["output"]]
+    assert stubs, "the older outputs leave as stubs naming their chunk"
+    assert forwarded[0] == items[0] and forwarded[-1] == items[-1]  # task and ask, whole
+    # every reasoning item still sits right before its call, and went only with it
+    reasoning = [i for i in forwarded if i.get("type") == "reasoning"]
+    assert len(reasoning) == sum(i.get("type") == "function_call" for i in forwarded) > 0
+    for k, item in enumerate(forwarded):
+        if item.get("type") == "reasoning":
+            assert forwarded[k + 1] == fc(f"call_{item['id'][3:]}",
+                                          args=f'{{"path": "conf/{item["id"][3:]}.env"}}')
+
+
+async def test_the_next_turn_recalls_an_evicted_output_without_a_pause(
+        api: Any, upstream: UpstreamServer) -> None:
+    items = loop_items(8)
+    await api.responses.create(model="test-1", input=items,
+                               extra_headers={"X-Session-ID": "resp-2"})
+    first = upstream.history[-1].body["input"]
+    assert FACT not in orjson.dumps(first).decode()  # the first output was evicted
+    asked = [*items, said("assistant", "Read them all."),
+             said("user", "Which host and port does the staging database use?")]
+    raw = await api.responses.with_raw_response.create(
+        model="test-1", input=asked, extra_headers={"X-Session-ID": "resp-2"})
+    assert int(raw.headers["x-ctxwarden-recalled"]) >= 1
+    last = upstream.history[-1].body["input"][-1]
+    assert last["role"] == "user" and last["content"][0] == asked[-1]["content"][0]
+    block = last["content"][-1]
+    assert block["type"] == "input_text" and "pg-stage-7.internal:5433" in block["text"]
+
+
+async def test_a_stream_comes_back_as_the_provider_sent_it_with_our_headers(
+        client: TestClient[Any, Any], upstream: UpstreamServer) -> None:
+    upstream.enqueue("three little words")
+    resp = await client.post("/v1/responses", json={
+        "model": "test-1", "input": loop_items(8), "stream": True})
+    assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
+    assert int(resp.headers["X-Ctxwarden-Evicted"]) > 0
+    events = [e for e in (await resp.read()).split(b"\n\n") if e]
+    deltas = [orjson.loads(e.split(b"data: ", 1)[1])["delta"] for e in events]
+    assert "".join(deltas) == "three little words"
+    assert upstream.history[-1].body["stream"] is True and calls_pair(
+        upstream.history[-1].body["input"])
+
+
+@pytest.mark.parametrize(("extra", "reason"), [
+    ({"previous_response_id": "resp_abc"}, "the provider holds the history "
+                                           "(previous_response_id)"),
+    ({"input": [{"type": "web_search_call", "id": "ws_1", "status": "completed"}]},
+     "input[0] is a 'web_search_call' item"),
+    ({"input": "hi"}, "input is not a list of items"),
+    ({"model": "gpt-unrouted-1"}, "no route takes the model over OpenAI's wire"),
+])
+async def test_what_cannot_be_fitted_passes_through_unchanged(
+        client: TestClient[Any, Any], upstream: UpstreamServer, extra: dict[str, Any],
+        reason: str) -> None:
+    body = {"model": "test-1", "input": [said("user", "hi")], **extra}
+    raw = orjson.dumps(body)
+    with capture_logs() as logs:
+        resp = await client.post("/v1/responses", data=raw,
+                                 headers={"Content-Type": "application/json"})
+    assert resp.status == 200
+    assert "X-Ctxwarden-Session" not in resp.headers  # nothing of ours happened
+    assert upstream.history[-1].body == body  # the client's body, model and all
+    assert [e["reason"] for e in logs if e["event"] == "responses_passed"] == [reason]
+
+
+async def test_a_request_that_cannot_fit_gets_openais_error(
+        client: TestClient[Any, Any], upstream: UpstreamServer) -> None:
+    resp = await client.post("/v1/responses", json={
+        "model": "test-1", "instructions": filler(5000), "input": [said("user", "hi")]})
+    assert resp.status == 400
+    err = (await resp.json())["error"]
+    assert (err["type"], err["code"]) == ("invalid_request_error", "context_length_exceeded")
+    assert upstream.history == []  # nothing went upstream
+
+
+async def test_admin_sent_holds_the_responses_body_as_sent(
+        api: Any, client: TestClient[Any, Any],
+        upstream: UpstreamServer) -> None:
+    await api.responses.create(model="test-1", input=loop_items(8),
+                               extra_headers={"X-Session-ID": "resp-sent"})
+    kept = await client.get("/admin/sent?session=resp-sent")
+    assert kept.status == 200
+    assert orjson.loads(await kept.read()) == upstream.history[-1].body
+
+
+def test_items_left_out_take_their_reasoning_and_keep_their_order() -> None:
+    items = [said("user", "go"), {"type": "reasoning", "id": "rs_0", "summary": []},
+             fc("c0"), fc("c1"), out("c0", "zero"), out("c1", "one"),
+             {"type": "reasoning", "id": "rs_1", "summary": []}, said("assistant", "done"),
+             said("user", "next")]
+    plan = to_chat({"input": items, "instructions": "be brief"})
+    roles = [m["role"] for m in plan.messages]
+    assert roles == ["system", "user", "assistant", "tool", "tool", "assistant", "user"]
+    assert [c["id"] for c in plan.messages[2]["tool_calls"]] == ["c0", "c1"]  # parallel
+    assert plan.sources[2] == [1, 2, 3] and plan.sources[5] == [6, 7]
+    # the calls and their outputs left out (as the fit drops a group): so is rs_0
+    kept = (0, 1, 5, 6)
+    fitted = [plan.messages[k] for k in kept]
+    assert to_items(plan, fitted, kept) == [items[0], items[6], items[7], items[8]]
+    # a stub in place of an output, and a recall block on the last user message
+    stub = {**plan.messages[3], "content": "[ctxwarden: offloaded]"}
+    block = {**plan.messages[6], "content": [*plan.messages[6]["content"],
+                                             {"type": "text", "text": "[recalled]"}]}
+    got = to_items(plan, [plan.messages[0], plan.messages[1], plan.messages[2], stub,
+                          plan.messages[4], plan.messages[5], block], tuple(range(7)))
+    assert got[4] == {**items[4], "output": "[ctxwarden: offloaded]"}
+    assert got[-1]["content"] == [*items[8]["content"],
+                                  {"type": "input_text", "text": "[recalled]"}]
+    assert got[:4] == items[:4] and got[5:8] == items[5:8]
+
+
+def test_a_trailing_reasoning_item_is_not_translated() -> None:
+    with pytest.raises(Untranslatable, match="ends in a reasoning item"):
+        to_chat({"input": [said("user", "go"), {"type": "reasoning", "id": "rs_9"}]})
+
+
+def test_reasoning_counts_with_the_message_it_precedes() -> None:
+    plan = to_chat({"input": [said("user", "go"), {"type": "reasoning", "id": "rs_0",
+                    "encrypted_content": "gAAAA" * 40}, fc("c0"), out("c0", "x")]})
+    assert "gAAAA" in plan.messages[1]["reasoning"]  # counted (proxy/tokens.py)
+
+
+async def test_a_key_the_provider_refuses_writes_nothing(aiohttp_client: ClientFactory) -> None:
+    """Auth mode `passthrough`: as for chat, a turn's writes wait for the provider to take
+    the caller's key; a refused key leaves no chunk, session or sent body behind."""
+    good, bad = "sk-caller-good-0001", "sk-caller-bad-0002"
+    upstream = await UpstreamServer(api_key=good).start()
+    store = MemoryStore()
+    try:
+        route = {"name": "test", "model": "test-*", "context_window": 4000,
+                 "max_output_tokens": 200,
+                 "upstream": {"model": "openai/gpt-4o", "api_base": upstream.url}}
+        settings = Settings(store={"path": ":memory:"}, auth={"mode": "passthrough"},
+                            routes=[route])
+        client = await aiohttp_client(init_app(settings, store=store))
+        body = {"model": "test-1", "input": loop_items(8)}
+        refused = await client.post("/v1/responses", json=body,
+                                    headers={"Authorization": f"Bearer {bad}"})
+        assert refused.status == 401
+        assert (await refused.json())["error"]["code"] == "invalid_api_key"
+        assert store.chunks == {} and client.app[PIPELINE].sent.bytes == 0
+        taken = await client.post("/v1/responses", json=body,
+                                  headers={"Authorization": f"Bearer {good}"})
+        assert taken.status == 200 and int(taken.headers["X-Ctxwarden-Evicted"]) > 0
+        assert store.chunks  # written once the provider said yes
+        assert upstream.history[-1].headers["Authorization"] == f"Bearer {good}"
+    finally:
+        await upstream.close()
