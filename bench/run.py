@@ -76,6 +76,9 @@ SECTIONS: dict[str, tuple[str, str, Callable[[bool], Any]]] = {
                  "indexing; a reply (or a question with related words) that comes before "
                  "the background has finished does, once (bench/coldnext.py).",
                  _run("bench.coldnext")),
+    "responses": ("The Responses API, fitted as chat", "tau-bench through "
+                  "`/v1/chat/completions` and through `/v1/responses` with the same "
+                  "histories as items (bench/responses.py).", _run("bench.responses")),
     "relevance": ("Lexical relevance index: the candidates", "Per agent turn on tau-bench "
                   "text: add the turn's new passages, then one query over the session "
                   "(bench/relevance.py; why store/relevance.py is hand-rolled).",

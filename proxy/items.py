@@ -9,8 +9,9 @@ reads it:
   a file part, `refusal` a refusal part (anything else: its JSON as text, the safe side of
   the count);
 - consecutive `function_call` and `custom_tool_call` items are one assistant message's
-  `tool_calls`, each `call_id` its id, and `function_call_output` /
-  `custom_tool_call_output` a `tool` message answering it;
+  `tool_calls` (with the assistant's words just before them as its content, as chat has
+  them), each `call_id` its id, and `function_call_output` / `custom_tool_call_output` a
+  `tool` message answering it, named by its call's tool as chat names results;
 - a `reasoning` item goes with the item that follows it (an assistant's calls or words):
   kept with them, dropped with them, counted with them (its summary and its encrypted
   content, as text), so the items keep their order;
@@ -60,6 +61,7 @@ def to_chat(body: dict[str, Any]) -> Plan:
         plan.sources.append([])
         plan.instructions = True
     waiting: list[int] = []  # reasoning items: they go with the next item, whatever it is
+    names: dict[str, str] = {}  # call_id -> the tool's name
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise Untranslatable(f"input[{i}] is not an object")
@@ -69,10 +71,10 @@ def to_chat(body: dict[str, Any]) -> Plan:
             continue
         mine, waiting = [*waiting, i], []
         if kind in CALLS:
+            names[str(item.get("call_id"))] = str(item.get("name") or "")
             last = plan.messages[-1] if plan.messages else None
-            if last is not None and last.get("tool_calls") and \
-                    items[plan.sources[-1][-1]].get("type") in CALLS:  # parallel calls
-                last["tool_calls"].append(_call(item, i))
+            if last is not None and last["role"] == "assistant" and _open(plan, items):
+                last.setdefault("tool_calls", []).append(_call(item, i))
                 plan.sources[-1].extend(mine)
                 _count_reasoning(last, mine[:-1], items)
             else:
@@ -81,8 +83,12 @@ def to_chat(body: dict[str, Any]) -> Plan:
         elif kind in OUTPUTS:
             if not isinstance(item.get("call_id"), str):
                 raise Untranslatable(f"input[{i}] has no call_id")
-            _add(plan, {"role": "tool", "tool_call_id": item["call_id"],
-                        "content": _output(item.get("output"))}, mine, items)
+            answer = {"role": "tool", "tool_call_id": item["call_id"],
+                      "content": _output(item.get("output"))}
+            name = names.get(item["call_id"])
+            if name:  # as chat names a result: its stub and its matches say the tool
+                answer["name"] = name
+            _add(plan, answer, mine, items)
         elif kind == "message":
             role = item.get("role")
             if role not in ROLES:
@@ -93,6 +99,13 @@ def to_chat(body: dict[str, Any]) -> Plan:
     if waiting:
         raise Untranslatable("the input ends in a reasoning item")
     return plan
+
+
+def _open(plan: Plan, items: list[Any]) -> bool:
+    """The last message takes a call item next: it ends in a call (parallel calls), or it
+    is an assistant's words with no calls yet (chat's message with content and calls)."""
+    last = items[plan.sources[-1][-1]]
+    return last.get("type") in CALLS or not plan.messages[-1].get("tool_calls")
 
 
 def _add(plan: Plan, message: dict[str, Any], sources: list[int], items: list[Any]) -> None:

@@ -1,0 +1,140 @@
+"""The Responses API through the real proxy: does `/v1/responses` fit as chat does?
+
+The tau-bench trajectories of the agent-loop section (the first 40, a 3,000-token window,
+the route's model `gpt-4o`), each replayed twice through one `ctxwarden serve`, in
+sessions of their own: as chat requests, and as Responses requests whose `input` carries
+the same history as items (the system prompt as `instructions`, an assistant's words as a
+message item and its calls as `function_call` items, each result a
+`function_call_output`). What reached the stand-in upstream is read back as chat messages
+(proxy/items.py) and scored by the same replay (bench/replay.py): reference hits, valid
+forwards (the stand-in refuses an input whose calls and outputs do not pair), tokens
+forwarded, the cache-prefix ratio, and the server's overhead per request.
+
+    .venv/bin/python -m bench.responses
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+import proxy  # noqa: F401  (offline defaults)
+from bench.agentloop import TAU, TAU_MAX_OUT, TAU_WINDOW, config
+from bench.harness import HttpTarget, ProxyProcess, free_port
+from bench.replay import Meter, Replay, ReplayStats, Sent
+from proxy.items import to_chat
+
+Message = dict[str, Any]
+
+
+def as_items(messages: list[Message]) -> tuple[str | None, list[Message]]:
+    """A chat history as a Responses body's `instructions` and `input`."""
+    instructions = None
+    items: list[Message] = []
+    for k, m in enumerate(messages):
+        role = m.get("role")
+        if role == "system" and k == 0:
+            instructions = str(m.get("content") or "")
+        elif role == "tool":
+            items.append({"type": "function_call_output", "call_id": m["tool_call_id"],
+                          "output": str(m.get("content") or "")})
+        else:
+            if m.get("content"):
+                items.append({"role": role, "content": m["content"]})
+            for c in m.get("tool_calls") or ():
+                items.append({"type": "function_call", "call_id": c["id"],
+                              "name": c["function"]["name"],
+                              "arguments": c["function"]["arguments"]})
+    return instructions, items
+
+
+class ResponsesTarget(HttpTarget):
+    """Sends a chat body as a Responses request; what the upstream received, as chat."""
+
+    async def send(self, body: dict[str, Any], session: str) -> Sent:
+        instructions, items = as_items(body["messages"])
+        req: dict[str, Any] = {"model": self.model, "input": items}
+        if instructions is not None:
+            req["instructions"] = instructions
+        headers = {"Content-Type": "application/json", "X-Session-ID": session}
+        history = self.upstream.history
+        n0 = len(history)
+        t0 = time.perf_counter()
+        async with self.http.post(f"{self.proxy_url}/v1/responses", data=orjson.dumps(req),
+                                  headers=headers) as r:
+            reply = await r.read()
+            status, h = r.status, r.headers
+        ms = (time.perf_counter() - t0) * 1000
+        got = history[n0:]
+        del history[:]
+        if status != 200 or not got:
+            code = orjson.loads(reply).get("error", {}).get("code") if reply[:1] == b"{" \
+                else None
+            return Sent(None, status, code, ms=ms)
+        plan = to_chat(got[-1].body)
+        return Sent(plan.messages, status, recalled=int(h.get("X-Ctxwarden-Recalled", 0)),
+                    ms=ms)
+
+
+async def run_both(n: int = 40) -> dict[str, tuple[ReplayStats, list[float]]]:
+    from tests.support.openai_server import UpstreamServer
+
+    trajs = json.loads(TAU.read_text())[:n]
+    upstream = await UpstreamServer(context_window=None, record=True).start()
+    tmp = Path(tempfile.mkdtemp(prefix="ctxw-responses-"))
+    port = free_port()
+    proc = ProxyProcess(config(tmp, port, upstream.url, "rwoe"), port).start()
+    out: dict[str, tuple[ReplayStats, list[float]]] = {}
+    try:
+        await proc.ready()
+        async with aiohttp.ClientSession() as http:
+            for label, kind in (("chat", HttpTarget), ("responses", ResponsesTarget)):
+                stats = ReplayStats(label, TAU_WINDOW, TAU_MAX_OUT)
+                replay = Replay(kind(http, proc.url, upstream, "tau-1"), stats, Meter())
+                for t in trajs:
+                    await replay.session(t["traj"], f"{label}-{t['task_id']}-{t['trial']}")
+                out[label] = (stats, [])
+        proc.stop()
+        for line in proc.log_lines("request"):
+            if line.get("overhead_ms") is not None:
+                label = "responses" if line.get("endpoint") == "responses" else "chat"
+                out[label][1].append(float(line["overhead_ms"]))
+    finally:
+        proc.stop()
+        await upstream.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def run(quick: bool = False) -> str:
+    n = 8 if quick else 40
+    got = asyncio.run(run_both(n))
+    rows = ["| endpoint | requests | reference hit rate | valid forwards | refused / errors | "
+            "client tokens forwarded | cache-prefix ratio | overhead p50 / p95 (ms) |",
+            "|---|---|---|---|---|---|---|---|"]
+    for label, (s, ms) in got.items():
+        ms.sort()
+        p95 = ms[min(len(ms) - 1, int(0.95 * len(ms)))] if ms else float("nan")
+        rows.append(f"| `{'/v1/chat/completions' if label == 'chat' else '/v1/responses'}` | "
+                    f"{s.requests} | {s.hit_rate:.3f} | {s.valid} of {s.forwarded} | "
+                    f"{s.refused} / {s.errors} | {1 - s.reduction:.3f} | "
+                    f"{s.prefix_ratio:.3f} | "
+                    f"{statistics.median(ms) if ms else float('nan'):.1f} / {p95:.1f} |")
+    return (f"tau-bench's first {n} trajectories at 3,000 tokens through one `ctxwarden serve` "
+            "(RWOE, recall on), each as chat requests and again as Responses requests "
+            "carrying the same history as items; what reached the stand-in upstream scored "
+            "as chat (bench/responses.py). Overhead is the server's own (`overhead_ms`).\n\n"
+            + "\n".join(rows))
+
+
+if __name__ == "__main__":
+    print(run())
