@@ -242,3 +242,34 @@ async def test_a_key_the_provider_refuses_writes_nothing(aiohttp_client: ClientF
         assert upstream.history[-1].headers["Authorization"] == f"Bearer {good}"
     finally:
         await upstream.close()
+
+
+async def test_an_sdk_agent_loop_feeding_its_outputs_back_stays_valid(
+        api: Any, upstream: UpstreamServer) -> None:
+    """The loop the Agents SDK runs: each response's output items (the SDK's own models,
+    ids and statuses included) go back into the next input with the call's result; the
+    history outgrows the window and every turn is still accepted upstream."""
+    history: list[Any] = [said("user", "Audit every config file, one at a time.")]
+    evicted = []
+    for turn in range(10):
+        upstream.enqueue(tool_calls=[{"name": "read_file", "id": f"call_{turn}",
+                                      "arguments": f'{{"path": "conf/{turn}.env"}}'}])
+        raw = await api.responses.with_raw_response.create(
+            model="test-1", input=history, extra_headers={"X-Session-ID": "sdk-loop"})
+        answer = raw.parse()
+        evicted.append(int(raw.headers["x-ctxwarden-evicted"]))
+        call = answer.output[0]
+        assert (call.type, call.call_id) == ("function_call", f"call_{turn}")
+        body = f"{FACT}\n{filler(500, 't0')}" if turn == 0 else filler(500, f"t{turn}")
+        history += [item.model_dump(exclude_none=True) for item in answer.output]
+        history.append(out(call.call_id, body))
+        sent = upstream.history[-1].body["input"]
+        assert calls_pair(sent)
+        assert sent[-1] == history[-3] if turn else sent == history[:1]
+    assert evicted[0] == 0 and evicted[-1] > 0  # it fitted once it had to
+    upstream.enqueue("The staging database is pg-stage-7.internal:5433.")
+    history.append(said("user", "Where does the staging database live again?"))
+    raw = await api.responses.with_raw_response.create(
+        model="test-1", input=history, extra_headers={"X-Session-ID": "sdk-loop"})
+    assert raw.parse().output_text.startswith("The staging database")
+    assert "pg-stage-7.internal:5433" in orjson.dumps(upstream.history[-1].body).decode()
