@@ -5,7 +5,8 @@ as items (proxy/responses.py manages `/v1/responses` with them).
 reads it:
 
 - a `message` (or the short form `{"role", "content"}`) is a message of its role, its
-  `input_text` / `output_text` parts text parts, `input_image` an image part, `input_file`
+  `input_text` / `output_text` parts text parts, `input_image` an image part (one sent
+  by `file_id` costs what an image of unknown size may), `input_file`
   a file part, `refusal` a refusal part (anything else: its JSON as text, the safe side of
   the count);
 - consecutive `function_call` and `custom_tool_call` items are one assistant message's
@@ -156,8 +157,10 @@ def _part(part: Any) -> dict[str, Any]:
         return {"type": "text", "text": str(part.get("text", ""))}
     if kind == "refusal":
         return {"type": "refusal", "refusal": str(part.get("refusal", ""))}
-    if kind == "input_image" and isinstance(part.get("image_url"), str):
-        return {"type": "image_url", "image_url": {"url": part["image_url"],
+    if kind == "input_image":  # by URL, or by `file_id` (priced as an unseen image)
+        url = part.get("image_url")
+        url = url if isinstance(url, str) else f"file-id:{part.get('file_id', '')}"
+        return {"type": "image_url", "image_url": {"url": url,
                                                    "detail": part.get("detail", "auto")}}
     if kind == "input_file" and isinstance(part.get("file_data") or part.get("file_id"), str):
         spec = {k: part[k] for k in ("file_data", "file_id", "filename") if k in part}

@@ -273,3 +273,18 @@ async def test_an_sdk_agent_loop_feeding_its_outputs_back_stays_valid(
         model="test-1", input=history, extra_headers={"X-Session-ID": "sdk-loop"})
     assert raw.parse().output_text.startswith("The staging database")
     assert "pg-stage-7.internal:5433" in orjson.dumps(upstream.history[-1].body).decode()
+
+
+def test_media_parts_become_the_chat_parts_they_are_priced_as() -> None:
+    image = {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "low"}
+    stored = {"type": "input_image", "file_id": "file-img1"}
+    pdf = {"type": "input_file", "file_id": "file-doc1", "filename": "a.pdf"}
+    plan = to_chat({"input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "look"}, image, stored, pdf]}]})
+    assert plan.messages[0]["content"] == [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png",
+                                            "detail": "low"}},
+        # no URL to read its size from: the price of an image of unknown size
+        {"type": "image_url", "image_url": {"url": "file-id:file-img1", "detail": "auto"}},
+        {"type": "file", "file": {"file_id": "file-doc1", "filename": "a.pdf"}}]
