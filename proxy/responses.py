@@ -41,8 +41,9 @@ from store.quiet import FORWARD_HOLD_S, QUIET
 log = structlog.get_logger("ctxwarden")
 
 STATEFUL = ("previous_response_id", "conversation")
-# what the chat body carries besides messages: the session's keys and the budget's inputs
-CARRIED = ("user", "metadata", "tools", "stream")
+# what the chat body carries besides messages: the session's keys and what the budget
+# counts (tools and a named tool choice by their JSON, as chat's)
+CARRIED = ("user", "metadata", "tools", "tool_choice", "stream")
 
 
 async def responses(request: web.Request) -> web.StreamResponse:
@@ -121,6 +122,9 @@ def _translated(raw: bytes) -> Translated:
     chat.update((k, body[k]) for k in CARRIED if body.get(k) is not None)
     if isinstance(body.get("max_output_tokens"), int):
         chat["max_completion_tokens"] = body["max_output_tokens"]
+    text = body.get("text")
+    if isinstance(text, dict) and isinstance(text.get("format"), dict):  # a schema's cost
+        chat["response_format"] = text["format"]
     try:
         validate_body(chat)
     except InvalidRequest as exc:

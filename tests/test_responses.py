@@ -288,3 +288,26 @@ def test_media_parts_become_the_chat_parts_they_are_priced_as() -> None:
         # no URL to read its size from: the price of an image of unknown size
         {"type": "image_url", "image_url": {"url": "file-id:file-img1", "detail": "auto"}},
         {"type": "file", "file": {"file_id": "file-doc1", "filename": "a.pdf"}}]
+
+
+async def test_tools_and_an_output_schema_count_against_the_window(
+        client: TestClient[Any, Any], upstream: UpstreamServer) -> None:
+    """A tool list and a structured-output schema (`text.format`) count in the request's
+    tokens, as chat's `tools` and `response_format` do: the fit leaves room for them."""
+    items = loop_items(4)
+    plain = await client.post("/v1/responses", json={"model": "test-1", "input": items},
+                              headers={"X-Session-ID": "light"})
+    tools = [{"type": "function", "name": f"tool_{i}", "description": filler(40, f"d{i}"),
+              "parameters": {"type": "object", "properties": {}}} for i in range(8)]
+    schema = {"type": "json_schema", "name": "report", "schema": {
+        "type": "object", "description": filler(150, "s"), "properties": {}}}
+    sent_in = []
+    for name, extra in (("tools", {"tools": tools}), ("schema", {"text": {"format": schema}})):
+        heavy = await client.post("/v1/responses", headers={"X-Session-ID": name},
+                                  json={"model": "test-1", "input": items, **extra})
+        assert plain.status == heavy.status == 200
+        sent_in.append(int(heavy.headers["X-Ctxwarden-Tokens-In"])
+                       - int(plain.headers["X-Ctxwarden-Tokens-In"]))
+        body = upstream.history[-1].body
+        assert {k: body[k] for k in extra} == extra  # forwarded as sent
+    assert sent_in[0] > 8 * 40 and sent_in[1] > 150  # each counted in, words and all
