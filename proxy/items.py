@@ -9,17 +9,21 @@ reads it:
   by `file_id` costs what an image of unknown size may), `input_file`
   a file part, `refusal` a refusal part (anything else: its JSON as text, the safe side of
   the count);
-- consecutive `function_call` and `custom_tool_call` items are one assistant message's
-  `tool_calls` (with the assistant's words just before them as its content, as chat has
-  them), each `call_id` its id, and `function_call_output` / `custom_tool_call_output` a
-  `tool` message answering it, named by its call's tool as chat names results;
+- consecutive call items are one assistant message's `tool_calls` (with the assistant's
+  words just before them as its content, as chat has them), each `call_id` its id, and
+  each output item a `tool` message answering it, named by its call's tool as chat names
+  results: `function_call`, `custom_tool_call`, and any other `*_call` the client runs
+  (`local_shell_call`: its action as the arguments of a call named `local_shell`);
+- a call the provider ran itself (`web_search_call`, `file_search_call`,
+  `code_interpreter_call`, `image_generation_call`, `mcp_call`, `mcp_list_tools`: no
+  output item, its results inside it) is what the assistant did: its JSON as its words;
 - a `reasoning` item goes with the item that follows it (an assistant's calls or words):
   kept with them, dropped with them, counted with them (its summary and its encrypted
   content, as text), so the items keep their order;
 
-and says which items each message came from. A request holding any other item (a built-in
-tool's call, an `item_reference`) is not translated (`Untranslatable`): the caller passes
-it through unchanged.
+and says which items each message came from. A request holding any other item (a
+`computer_call`, whose outputs are screenshots, an `item_reference`, MCP approvals) is
+not translated (`Untranslatable`): the caller passes it through unchanged.
 
 `to_items(plan, fitted, kept)` writes the fitted messages back over the items they came
 from: a message forwarded as it was keeps its items byte for byte; a tool result that
@@ -36,7 +40,23 @@ from typing import Any
 import orjson
 
 CALLS = {"function_call": "function", "custom_tool_call": "custom"}
-OUTPUTS = ("function_call_output", "custom_tool_call_output")
+# the provider's own tools, run on its side: a call item, no output item (its results are
+# in the call); read as what the assistant did, its JSON as its words
+HOSTED = frozenset({"web_search_call", "file_search_call", "code_interpreter_call",
+                    "image_generation_call", "mcp_call", "mcp_list_tools"})
+UNPAIRED = frozenset({"computer_call"})  # its outputs are screenshots: not counted here
+
+
+def is_call(kind: Any) -> bool:
+    """A call the client runs: a function's, a custom tool's, or another `*_call` with a
+    `call_id` answered by a `*_call_output` (`local_shell_call`)."""
+    return kind in CALLS or (isinstance(kind, str) and kind.endswith("_call")
+                             and kind not in HOSTED and kind not in UNPAIRED)
+
+
+def is_output(kind: Any) -> bool:
+    return isinstance(kind, str) and kind.endswith("_call_output") and \
+        kind[:-len("_output")] not in UNPAIRED
 ROLES = ("user", "system", "developer", "assistant")
 
 
@@ -71,8 +91,9 @@ def to_chat(body: dict[str, Any]) -> Plan:
             waiting.append(i)
             continue
         mine, waiting = [*waiting, i], []
-        if kind in CALLS:
-            names[str(item.get("call_id"))] = str(item.get("name") or "")
+        if is_call(kind):
+            names[str(item.get("call_id"))] = str(item.get("name")
+                                                  or str(kind).removesuffix("_call"))
             last = plan.messages[-1] if plan.messages else None
             if last is not None and last["role"] == "assistant" and _open(plan, items):
                 last.setdefault("tool_calls", []).append(_call(item, i))
@@ -81,7 +102,7 @@ def to_chat(body: dict[str, Any]) -> Plan:
             else:
                 _add(plan, {"role": "assistant", "content": None,
                             "tool_calls": [_call(item, i)]}, mine, items)
-        elif kind in OUTPUTS:
+        elif is_output(kind):
             if not isinstance(item.get("call_id"), str):
                 raise Untranslatable(f"input[{i}] has no call_id")
             answer = {"role": "tool", "tool_call_id": item["call_id"],
@@ -90,6 +111,9 @@ def to_chat(body: dict[str, Any]) -> Plan:
             if name:  # as chat names a result: its stub and its matches say the tool
                 answer["name"] = name
             _add(plan, answer, mine, items)
+        elif kind in HOSTED:
+            text = orjson.dumps({k: v for k, v in item.items() if k != "id"}).decode()
+            _add(plan, {"role": "assistant", "content": text}, mine, items)
         elif kind == "message":
             role = item.get("role")
             if role not in ROLES:
@@ -106,7 +130,7 @@ def _open(plan: Plan, items: list[Any]) -> bool:
     """The last message takes a call item next: it ends in a call (parallel calls), or it
     is an assistant's words with no calls yet (chat's message with content and calls)."""
     last = items[plan.sources[-1][-1]]
-    return last.get("type") in CALLS or not plan.messages[-1].get("tool_calls")
+    return is_call(last.get("type")) or not plan.messages[-1].get("tool_calls")
 
 
 def _add(plan: Plan, message: dict[str, Any], sources: list[int], items: list[Any]) -> None:
@@ -126,13 +150,18 @@ def _count_reasoning(message: dict[str, Any], reasoning: list[int], items: list[
 
 def _call(item: dict[str, Any], i: int) -> dict[str, Any]:
     call_id = item.get("call_id")
-    if not isinstance(call_id, str) or not isinstance(item.get("name"), str):
+    named = isinstance(item.get("name"), str) or item["type"] not in CALLS
+    if not isinstance(call_id, str) or not named:
         raise Untranslatable(f"input[{i}] has no call_id or name")
     if item["type"] == "custom_tool_call":
         return {"id": call_id, "type": "custom",
                 "custom": {"name": item["name"], "input": str(item.get("input", ""))}}
-    return {"id": call_id, "type": "function",
-            "function": {"name": item["name"], "arguments": str(item.get("arguments", ""))}}
+    if item["type"] == "function_call":
+        return {"id": call_id, "type": "function", "function": {
+            "name": item["name"], "arguments": str(item.get("arguments", ""))}}
+    rest = {k: v for k, v in item.items() if k not in ("type", "id", "status", "call_id")}
+    return {"id": call_id, "type": "function", "function": {
+        "name": item["type"].removesuffix("_call"), "arguments": orjson.dumps(rest).decode()}}
 
 
 def _output(output: Any) -> Any:
@@ -187,7 +216,7 @@ def _rewritten(item: dict[str, Any], before: dict[str, Any], after: dict[str, An
     was, now = before.get("content"), after.get("content")
     if now == was:
         return item
-    key = "output" if item.get("type") in OUTPUTS else "content"
+    key = "output" if is_output(item.get("type")) else "content"
     original = item.get(key)
     if isinstance(was, list) and isinstance(now, list) and isinstance(original, list) and \
             now[:len(was)] == was:

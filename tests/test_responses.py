@@ -140,8 +140,11 @@ async def test_a_stream_comes_back_as_the_provider_sent_it_with_our_headers(
 @pytest.mark.parametrize(("extra", "reason"), [
     ({"previous_response_id": "resp_abc"}, "the provider holds the history "
                                            "(previous_response_id)"),
-    ({"input": [{"type": "web_search_call", "id": "ws_1", "status": "completed"}]},
-     "input[0] is a 'web_search_call' item"),
+    ({"input": [said("user", "click it"), {"type": "computer_call", "call_id": "cc_1",
+                "action": {"type": "click", "x": 1, "y": 2}},
+                {"type": "computer_call_output", "call_id": "cc_1", "output": {
+                    "type": "computer_screenshot", "image_url": "data:image/png;base64,AA"}}]},
+     "input[1] is a 'computer_call' item"),
     ({"input": "hi"}, "input is not a list of items"),
     ({"model": "gpt-unrouted-1"}, "no route takes the model over OpenAI's wire"),
 ])
@@ -311,3 +314,57 @@ async def test_tools_and_an_output_schema_count_against_the_window(
         body = upstream.history[-1].body
         assert {k: body[k] for k in extra} == extra  # forwarded as sent
     assert sent_in[0] > 8 * 40 and sent_in[1] > 150  # each counted in, words and all
+
+
+def test_hosted_and_shell_calls_are_translated_and_written_back_whole() -> None:
+    """A web search the provider ran is the assistant's doing (its JSON its words); a shell
+    call the client ran pairs with its output like a function's."""
+    search = {"type": "web_search_call", "id": "ws_1", "status": "completed",
+              "action": {"type": "search", "query": "pg 16 release notes"}}
+    shell = {"type": "local_shell_call", "id": "lsh_1", "call_id": "sh_1",
+             "status": "completed", "action": {"type": "exec", "command": ["ls", "-la"]}}
+    result = {"type": "local_shell_call_output", "call_id": "sh_1", "output": "total 0"}
+    items = [said("user", "look it up, then list"), search, said("assistant", "Found it."),
+             shell, result, said("user", "thanks")]
+    plan = to_chat({"input": items})
+    assert plan.messages[1] == {"role": "assistant", "content": orjson.dumps(
+        {k: v for k, v in search.items() if k != "id"}).decode()}
+    assert plan.messages[2]["content"] == [{"type": "text", "text": "Found it."}]
+    assert plan.messages[2]["tool_calls"] == [{"id": "sh_1", "type": "function", "function": {
+        "name": "local_shell", "arguments": '{"action":{"type":"exec","command":["ls","-la"]}}'}}]
+    assert plan.messages[3] == {"role": "tool", "tool_call_id": "sh_1",
+                                "content": "total 0", "name": "local_shell"}
+    kept = tuple(range(len(plan.messages)))
+    assert to_items(plan, plan.messages, kept) == items  # nothing changed: byte for byte
+    stub = {**plan.messages[3], "content": "[ctxwarden: offloaded]"}
+    back = to_items(plan, [*plan.messages[:3], stub, plan.messages[4]], kept)
+    assert back[4] == {**result, "output": "[ctxwarden: offloaded]"}
+
+
+async def test_a_codex_style_history_is_fitted_too(client: TestClient[Any, Any],
+                                                   upstream: UpstreamServer) -> None:
+    """Shell calls, a web search and encrypted reasoning, as Codex sends them (store off,
+    the whole history each turn): fitted, and still paired upstream."""
+    items: list[Any] = [said("user", "Find why the build fails.")]
+    for i in range(8):
+        items += [{"type": "reasoning", "id": f"rs_{i}", "summary": [],
+                   "encrypted_content": f"gAAAA{i}" * 20},
+                  {"type": "local_shell_call", "id": f"lsh_{i}", "call_id": f"sh_{i}",
+                   "status": "completed",
+                   "action": {"type": "exec", "command": ["make", f"step{i}"]}},
+                  {"type": "local_shell_call_output", "call_id": f"sh_{i}",
+                   "output": filler(500, f"b{i}")}]
+        if i == 3:
+            items.append({"type": "web_search_call", "id": "ws_1", "status": "completed",
+                          "action": {"type": "search", "query": "make step3 error"}})
+    items.append(said("user", "So what is wrong?"))
+    resp = await client.post("/v1/responses", json={"model": "test-1", "input": items,
+                                                    "store": False})
+    assert resp.status == 200 and int(resp.headers["X-Ctxwarden-Evicted"]) > 0
+    sent = upstream.history[-1].body["input"]
+    calls = [i["call_id"] for i in sent if i["type"] == "local_shell_call"]
+    outs = [i["call_id"] for i in sent if i["type"] == "local_shell_call_output"]
+    assert calls == outs and len(calls) > 0
+    assert any("offloaded as chunk" in i["output"] for i in sent
+               if i["type"] == "local_shell_call_output")
+    assert sent[-1] == items[-1] and upstream.history[-1].body["store"] is False

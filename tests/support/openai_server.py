@@ -439,8 +439,8 @@ def _unpaired(items: Any) -> str | None:
     """OpenAI's refusal of a Responses input whose calls and outputs do not pair up."""
     if not isinstance(items, list):
         return None
-    calls = {str(i.get("call_id")) for i in items if isinstance(i, dict)
-             and i.get("type") in ("function_call", "custom_tool_call")}
+    calls = {str(i.get("call_id")) for i in items if isinstance(i, dict) and "call_id" in i
+             and str(i.get("type", "")).endswith("_call")}  # function, custom, shell…
     for item in items:
         if isinstance(item, dict) and item.get("type") in ("function_call_output",
                                                            "custom_tool_call_output"):
