@@ -1,4 +1,4 @@
-"""`POST /v1/responses`: the Responses API managed like chat, or passed through.
+"""`POST /v1/responses`: the Responses API fitted like chat, or passed through.
 
 OpenAI's Agents SDK and Codex call the Responses API, not chat completions; a user who
 points `OPENAI_BASE_URL` here changes nothing else, so their loops are fitted too. A
@@ -7,20 +7,23 @@ request whose whole history is in its `input` (a list of items, no
 the request only its newest items) goes through the same pipeline as a chat request:
 its items become chat messages (proxy/items.py), the pipeline chunks, fits, offloads and
 recalls them in the request's session, and the fitted messages go back over the items
-they came from. The body goes to the route's upstream at `/responses`, with the route's
-model and key, and the answer (a stream too) comes back as the provider sent it, with
-ctxwarden's headers. `/admin/sent` holds the Responses body as it was sent.
+they came from. The body goes to the route's upstream with the route's model and key: at
+`/responses` to a provider that speaks OpenAI's wire format, through LiteLLM's Responses
+API to any other (proxy/upstream/via_responses.py). The answer (a stream too) comes back
+as OpenAI would send it, with ctxwarden's headers. `/admin/sent` holds the Responses body
+as it was sent.
 
 Passed through unchanged (proxy/passthrough.py, one `responses_passed` log line with the
-reason): a body that is not JSON, or not translated (a built-in tool's items, an
+reason): a body that is not JSON, or not translated (a `computer_call`, an
 `item_reference`), or not valid as chat (the provider says what is wrong), a request
-with server-side state, a model no route takes, and a route whose provider does not
-speak OpenAI's wire format (LiteLLM has no Responses API to forward it through here).
+with server-side state, and a model no route takes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -35,6 +38,8 @@ from proxy.items import Plan, Untranslatable, to_chat, to_items
 from proxy.keys import PIPELINE, SETTINGS, UPSTREAM
 from proxy.passthrough import send
 from proxy.session import session_key
+from proxy.upstream.transport import Target
+from proxy.upstream.via_responses import respond, respond_stream
 from proxy.validate import validate_body
 from store.quiet import FORWARD_HOLD_S, QUIET
 
@@ -62,9 +67,8 @@ async def responses(request: web.Request) -> web.StreamResponse:
         settings = request.app[SETTINGS]
         route = settings.route_for(chat["model"])
         upstream = request.app[UPSTREAM]
-        if route is None or upstream.target(route).transport != "direct":
-            log.info("responses_passed", reason="no route takes the model over OpenAI's wire"
-                     if route is None else f"route {route.name} does not go direct")
+        if route is None:
+            log.info("responses_passed", reason="no route takes the model")
             return await send(request, "responses", raw)
         tenant = tenant_of(request)
         key = session_key(request.headers.get("X-Session-ID"), tenant, chat)
@@ -75,7 +79,8 @@ async def responses(request: web.Request) -> web.StreamResponse:
         pipeline = request.app[PIPELINE]
         prepared = await pipeline.prepare(chat, route, tenant, key, defer=unproven,
                                           beside=True)
-        body = {**body, "model": upstream.target(route, api_key).model,
+        target = upstream.target(route, api_key)
+        body = {**body, "model": target.model,
                 "input": to_items(plan, prepared.body["messages"], prepared.kept)}
     fields: dict[str, Any] = {**prepared.log_fields(), "stream": bool(chat.get("stream")),
                               "endpoint": "responses",
@@ -90,12 +95,45 @@ async def responses(request: web.Request) -> web.StreamResponse:
             if not unproven or status < 400:  # /admin/sent: the body as it was sent
                 pipeline.sent.put(tenant, prepared.session, prepared.turn, body)
 
-        resp = await send(request, "responses", orjson.dumps(body), route=route,
-                          headers=prepared.headers(), before=ready, logged=False)
+        if target.transport == "direct":
+            resp = await send(request, "responses", orjson.dumps(body), route=route,
+                              headers=prepared.headers(), before=ready, logged=False)
+        else:
+            resp = await _via_litellm(request, target, body, prepared.headers(), ready)
     finally:
         forwarded()
     log.info("request", status=resp.status, latency_ms=round(
         (time.perf_counter() - started) * 1000, 2), **fields)
+    return resp
+
+
+async def _via_litellm(request: web.Request, target: Target, body: dict[str, Any],
+                       headers: dict[str, str], ready: Callable[[int], Awaitable[None]]
+                       ) -> web.StreamResponse:
+    """The body to a provider LiteLLM reaches (proxy/upstream/via_responses.py), its answer
+    to the client as OpenAI would send it."""
+    if not body.get("stream"):
+        reply = await respond(target, body)
+        await ready(reply.status)
+        answer = web.Response(body=reply.body, status=reply.status, headers=headers,
+                              content_type="application/json")
+        with contextlib.suppress(ConnectionResetError):  # the client left
+            await answer.prepare(request)
+            await answer.write_eof()
+        return answer
+    stream = await respond_stream(target, body)
+    try:
+        await ready(200)
+        resp = web.StreamResponse(headers={**headers, "Cache-Control": "no-cache",
+                                           "Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        async for frame in stream:
+            await resp.write(frame)
+        await resp.write_eof()
+    except ConnectionResetError:  # the client left: closing the stream ends the call
+        log.info("responses_client_disconnected")
+    finally:
+        await stream.aclose()
     return resp
 
 

@@ -18,6 +18,7 @@ from proxy.config import Settings
 from proxy.items import Untranslatable, to_chat, to_items
 from proxy.keys import PIPELINE
 from store.base import MemoryStore
+from tests.support import providers
 from tests.support.app import ClientFactory, settings_for
 from tests.support.messages import filler
 from tests.support.openai_server import UpstreamServer
@@ -146,7 +147,7 @@ async def test_a_stream_comes_back_as_the_provider_sent_it_with_our_headers(
                     "type": "computer_screenshot", "image_url": "data:image/png;base64,AA"}}]},
      "input[1] is a 'computer_call' item"),
     ({"input": "hi"}, "input is not a list of items"),
-    ({"model": "gpt-unrouted-1"}, "no route takes the model over OpenAI's wire"),
+    ({"model": "gpt-unrouted-1"}, "no route takes the model"),
 ])
 async def test_what_cannot_be_fitted_passes_through_unchanged(
         client: TestClient[Any, Any], upstream: UpstreamServer, extra: dict[str, Any],
@@ -368,3 +369,42 @@ async def test_a_codex_style_history_is_fitted_too(client: TestClient[Any, Any],
     assert any("offloaded as chunk" in i["output"] for i in sent
                if i["type"] == "local_shell_call_output")
     assert sent[-1] == items[-1] and upstream.history[-1].body["store"] is False
+
+
+@pytest.mark.parametrize("family", ["anthropic", "gemini"])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_provider_reached_through_litellm_gets_the_fitted_history(
+        aiohttp_client: ClientFactory, family: str, stream: bool) -> None:
+    """A route to Anthropic or Gemini: the fitted items go through LiteLLM's Responses API
+    to the provider's stand-in, which refuses what the provider refuses (over its window,
+    unpaired calls); the answer comes back in OpenAI's Responses shape, streamed or not."""
+    provider = await providers.start(family, window=4000)
+    try:
+        route = {"name": "p", "model": "p-*", "context_window": 4000,
+                 "max_output_tokens": 200, "upstream": provider.upstream}
+        app = init_app(Settings(store={"path": ":memory:"}, routes=[route]),
+                       store=MemoryStore())
+        client = await aiohttp_client(app)
+        api: Any = openai.AsyncOpenAI(base_url=str(client.make_url("/v1")),
+                                      api_key="sk-client", max_retries=0)
+        provider.enqueue("All eight files read.")
+        answer: Any
+        try:
+            if stream:
+                async with api.responses.stream(model="p-1", input=loop_items(8)) as events:
+                    async for _ in events:
+                        pass
+                    answer = await events.get_final_response()
+            else:
+                answer = await api.responses.create(model="p-1", input=loop_items(8))
+        finally:
+            await api.close()
+        assert answer.output_text == "All eight files read."
+        assert provider.rejected == 0 and len(provider.history) == 1
+        sent = provider.history[-1]
+        assert provider.streamed(sent) is stream
+        calls, results = provider.tool_pairs(sent.body)
+        assert len(calls) == len(results) > 0  # every call answered, every answer called
+        assert any("offloaded as chunk" in r for r in results.values())
+    finally:
+        await provider.server.close()

@@ -37,7 +37,7 @@ with warnings.catch_warnings():
 
 # Keys LiteLLM reads as its own controls (api_base, mock_response, fallbacks, callbacks…).
 # A client must not be able to steer the proxy with them, so they never leave the body.
-_CONTROL = (frozenset(all_litellm_params) | {
+CONTROL = (frozenset(all_litellm_params) | {
     "api_base", "base_url", "api_key", "api_version", "organization", "deployment_id",
     "default_headers", "extra_headers", "timeout", "request_timeout", "max_retries",
     "custom_llm_provider", "headers", "client", "model", "messages", "stream",
@@ -79,7 +79,7 @@ def refuse_unsupported(target: Target, body: dict[str, Any]) -> None:
 
 
 def _kwargs(target: Target, body: dict[str, Any], stream: bool) -> dict[str, Any]:
-    fields = {k: v for k, v in body.items() if k not in _CONTROL}
+    fields = {k: v for k, v in body.items() if k not in CONTROL}
     if not stream:
         fields.pop("stream_options", None)
     # LiteLLM's provider transforms edit messages and tools in place; the pipeline's dicts

@@ -1,0 +1,100 @@
+"""The Responses API to a provider reached through LiteLLM (Anthropic, Gemini, Bedrock…).
+
+`litellm.aresponses` takes a Responses body, speaks the provider's own API (for most,
+through its chat transform) and answers with Responses objects; here they become the bytes
+OpenAI would send: a `response` object, or one SSE frame per event (`event: <type>` and
+`data: <json>`). The route decides as for chat: its model, base, key, headers, timeout,
+`drop_params`, and the output reserved for a provider that requires a limit. A failure
+before the first byte is mapped at the same boundary as chat's (proxy/upstream/errors.py);
+after it, it ends the stream with an `error` event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import litellm
+import orjson
+
+from proxy.errors import ProxyError
+from proxy.upstream.errors import map_upstream_error
+from proxy.upstream.transport import ClosingStream, Target, UpstreamReply, sse_error
+from proxy.upstream.via_litellm import CONTROL
+
+# the Responses body's own fields LiteLLM would read as its controls: none go through
+# from the client but the request's own (input, instructions, tools…)
+_KEPT = frozenset({"input", "instructions", "tools", "tool_choice", "max_output_tokens",
+                   "metadata", "temperature", "top_p", "text", "reasoning", "user",
+                   "parallel_tool_calls", "include", "store", "truncation", "service_tier",
+                   "safety_identifier", "prompt_cache_key"})
+
+
+def _kwargs(target: Target, body: dict[str, Any], stream: bool) -> dict[str, Any]:
+    fields = {k: v for k, v in body.items() if k in _KEPT or k not in CONTROL}
+    fields.pop("model", None)
+    fields.pop("stream", None)
+    kw: dict[str, Any] = orjson.loads(orjson.dumps(fields))  # LiteLLM edits in place
+    kw.update(model=target.model, stream=stream, timeout=target.timeout)
+    if target.api_base:
+        kw["api_base"] = target.api_base
+    if target.api_key:
+        kw["api_key"] = target.api_key
+    if target.extra_headers:
+        kw["extra_headers"] = dict(target.extra_headers)
+    if target.mock_response is not None:
+        kw["mock_response"] = target.mock_response
+    if target.drop_params:
+        kw["drop_params"] = True
+    if target.default_max_tokens is not None and kw.get("max_output_tokens") is None:
+        kw["max_output_tokens"] = target.default_max_tokens  # what the proxy reserved
+    return kw
+
+
+def _fail(target: Target, exc: BaseException, midstream: bool = False) -> ProxyError:
+    return map_upstream_error(exc, api_base=target.api_base, timeout=target.timeout,
+                              secrets=target.secrets, midstream=midstream)
+
+
+async def respond(target: Target, body: dict[str, Any]) -> UpstreamReply:
+    try:
+        resp: Any = await litellm.aresponses(**_kwargs(target, body, stream=False))
+    except Exception as exc:
+        raise _fail(target, exc) from None
+    data: dict[str, Any] = resp.model_dump(exclude_none=True)
+    usage = data.get("usage")
+    return UpstreamReply(status=200, body=orjson.dumps(data),
+                         usage=usage if isinstance(usage, dict) else None, headers={})
+
+
+async def respond_stream(target: Target, body: dict[str, Any]) -> ClosingStream:
+    try:
+        stream: Any = await litellm.aresponses(**_kwargs(target, body, stream=True))
+        first: Any = await stream.__anext__()  # a provider may only fail on the first read
+    except StopAsyncIteration:
+        first = None
+    except Exception as exc:
+        raise _fail(target, exc) from None
+
+    async def close() -> None:
+        closing = getattr(stream, "aclose", None)
+        if closing is not None:
+            await closing()
+
+    return ClosingStream(_frames(target, first, stream), close, {})
+
+
+def event_frame(event: Any) -> bytes:
+    data = event.model_dump(exclude_none=True)
+    return (b"event: " + str(data.get("type", "message")).encode() + b"\ndata: "
+            + orjson.dumps(data) + b"\n\n")
+
+
+async def _frames(target: Target, first: Any, stream: Any) -> AsyncGenerator[bytes, None]:
+    try:
+        if first is not None:
+            yield event_frame(first)
+            async for event in stream:
+                yield event_frame(event)
+    except Exception as exc:
+        yield sse_error(_fail(target, exc, midstream=True))
