@@ -408,3 +408,28 @@ async def test_a_provider_reached_through_litellm_gets_the_fitted_history(
         assert any("offloaded as chunk" in r for r in results.values())
     finally:
         await provider.server.close()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_demo_routes_mock_answers_the_responses_api(
+        aiohttp_client: ClientFactory, stream: bool) -> None:
+    """LiteLLM's mock answers whole even when asked to stream: the stream is then the
+    events OpenAI would send for that answer, which the SDK reads to the same text."""
+    route = {"name": "demo", "model": "demo*", "context_window": 1200,
+             "max_output_tokens": 128, "upstream": {"model": "openai/demo",
+                                                    "mock_response": "Hello from the demo."}}
+    app = init_app(Settings(store={"path": ":memory:"}, routes=[route]), store=MemoryStore())
+    client = await aiohttp_client(app)
+    api: Any = openai.AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key="unused",
+                                  max_retries=0)
+    try:
+        if stream:
+            async with api.responses.stream(model="demo", input=loop_items(3)) as events:
+                deltas = [e.delta async for e in events if e.type == "response.output_text.delta"]
+                answer = await events.get_final_response()
+            assert "".join(deltas) == "Hello from the demo."
+        else:
+            answer = await api.responses.create(model="demo", input=loop_items(3))
+    finally:
+        await api.close()
+    assert answer.output_text == "Hello from the demo."

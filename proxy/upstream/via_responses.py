@@ -70,6 +70,8 @@ async def respond(target: Target, body: dict[str, Any]) -> UpstreamReply:
 async def respond_stream(target: Target, body: dict[str, Any]) -> ClosingStream:
     try:
         stream: Any = await litellm.aresponses(**_kwargs(target, body, stream=True))
+        if not hasattr(stream, "__anext__"):  # a mock answers whole, streamed or not
+            return ClosingStream(_whole(stream.model_dump(exclude_none=True)), _nothing, {})
         first: Any = await stream.__anext__()  # a provider may only fail on the first read
     except StopAsyncIteration:
         first = None
@@ -85,9 +87,45 @@ async def respond_stream(target: Target, body: dict[str, Any]) -> ClosingStream:
 
 
 def event_frame(event: Any) -> bytes:
-    data = event.model_dump(exclude_none=True)
+    return frame(event.model_dump(exclude_none=True))
+
+
+def frame(data: dict[str, Any]) -> bytes:
     return (b"event: " + str(data.get("type", "message")).encode() + b"\ndata: "
             + orjson.dumps(data) + b"\n\n")
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _whole(response: dict[str, Any]) -> AsyncGenerator[bytes, None]:
+    """A whole response as the events OpenAI streams for it: created; each output item
+    added, a message's parts added, its text as one delta, done; completed."""
+    n = 0
+
+    def event(kind: str, **fields: Any) -> bytes:
+        nonlocal n
+        n += 1
+        return frame({"type": kind, "sequence_number": n - 1, **fields})
+
+    yield event("response.created", response={**response, "status": "in_progress",
+                                              "output": []})
+    for i, item in enumerate(response.get("output") or ()):
+        yield event("response.output_item.added", output_index=i,
+                    item={**item, "content": []} if item.get("type") == "message" else item)
+        for k, part in enumerate(item.get("content") or ()):
+            if item.get("type") != "message":
+                break
+            at = {"item_id": item.get("id"), "output_index": i, "content_index": k}
+            empty = {**part, "text": ""} if part.get("type") == "output_text" else part
+            yield event("response.content_part.added", **at, part=empty)
+            if part.get("type") == "output_text":
+                yield event("response.output_text.delta", **at, delta=part.get("text", ""))
+                yield event("response.output_text.done", **at, text=part.get("text", ""))
+            yield event("response.content_part.done", **at, part=part)
+        yield event("response.output_item.done", output_index=i, item=item)
+    yield event("response.completed", response=response)
 
 
 async def _frames(target: Target, first: Any, stream: Any) -> AsyncGenerator[bytes, None]:
