@@ -174,12 +174,21 @@ class HttpTarget:
         self.http, self.proxy_url, self.upstream, self.model = http, proxy_url, upstream, model
 
     async def send(self, body: dict[str, Any], session: str) -> Sent:
-        raw = orjson.dumps({**body, "model": self.model})
+        sent, got = await self.post("/v1/chat/completions", {**body, "model": self.model},
+                                    session)
+        if got is not None:
+            sent.messages = got["messages"]
+        return sent
+
+    async def post(self, path: str, body: dict[str, Any], session: str
+                   ) -> tuple[Sent, dict[str, Any] | None]:
+        """`body` to the proxy's `path`: the outcome (its `messages` left to the caller) and
+        the body the upstream received for it (None: nothing forwarded)."""
         headers = {"Content-Type": "application/json", "X-Session-ID": session}
         history = self.upstream.history
         n0 = len(history)
         t0 = time.perf_counter()
-        async with self.http.post(f"{self.proxy_url}/v1/chat/completions", data=raw,
+        async with self.http.post(f"{self.proxy_url}{path}", data=orjson.dumps(body),
                                   headers=headers) as r:
             reply = await r.read()
             status, h = r.status, r.headers
@@ -189,8 +198,8 @@ class HttpTarget:
         recalled = int(h.get("X-Ctxwarden-Recalled", 0) or 0)
         if status != 200 or not got:
             code = "not_recorded" if status == 200 else _error_code(reply)
-            return Sent(None, status, code, ms=ms)
-        return Sent(got[-1].body["messages"], status, recalled=recalled, ms=ms)
+            return Sent(None, status, code, ms=ms), None
+        return Sent(None, status, recalled=recalled, ms=ms), got[-1].body
 
     async def direct(self, body: dict[str, Any]) -> float:
         """The same request straight to the upstream: milliseconds."""

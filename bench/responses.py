@@ -20,12 +20,10 @@ import json
 import shutil
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 
 import proxy  # noqa: F401  (offline defaults)
 from bench.agentloop import TAU, TAU_MAX_OUT, TAU_WINDOW, config
@@ -65,24 +63,10 @@ class ResponsesTarget(HttpTarget):
         req: dict[str, Any] = {"model": self.model, "input": items}
         if instructions is not None:
             req["instructions"] = instructions
-        headers = {"Content-Type": "application/json", "X-Session-ID": session}
-        history = self.upstream.history
-        n0 = len(history)
-        t0 = time.perf_counter()
-        async with self.http.post(f"{self.proxy_url}/v1/responses", data=orjson.dumps(req),
-                                  headers=headers) as r:
-            reply = await r.read()
-            status, h = r.status, r.headers
-        ms = (time.perf_counter() - t0) * 1000
-        got = history[n0:]
-        del history[:]
-        if status != 200 or not got:
-            code = orjson.loads(reply).get("error", {}).get("code") if reply[:1] == b"{" \
-                else None
-            return Sent(None, status, code, ms=ms)
-        plan = to_chat(got[-1].body)
-        return Sent(plan.messages, status, recalled=int(h.get("X-Ctxwarden-Recalled", 0)),
-                    ms=ms)
+        sent, got = await self.post("/v1/responses", req, session)
+        if got is not None:
+            sent.messages = to_chat(got).messages
+        return sent
 
 
 async def run_both(n: int = 40) -> dict[str, tuple[ReplayStats, list[float]]]:

@@ -18,7 +18,7 @@ from proxy.config import Settings
 from proxy.errors import InvalidRequest, PayloadTooLarge, RouteNotFound
 from proxy.keys import HEALTH, PIPELINE, SETTINGS, STORE, UPSTREAM
 from proxy.prepared import Prepared
-from proxy.session import session_key
+from proxy.session import SessionKey, session_key
 from proxy.upstream.headers import from_client
 from proxy.usage import StreamUsage, usage_fields
 from proxy.validate import validate_body
@@ -32,19 +32,39 @@ _BAD_JSON = ("We could not parse the JSON body of your request. (HINT: This like
              "but what was sent was not valid JSON.)")
 
 
-async def read_body(request: web.Request) -> dict[str, Any]:
+async def read_raw(request: web.Request) -> bytes:
+    """The request's bytes; over `server.max_body_mb`, a 413 in OpenAI's shape."""
     try:
-        raw = await request.read()
+        return await request.read()
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[SETTINGS].server.max_body_mb
         raise PayloadTooLarge(f"Request body is larger than the configured limit of {limit:g} MB "
                               "(server.max_body_mb).") from None
+
+
+async def read_body(request: web.Request) -> dict[str, Any]:
+    raw = await read_raw(request)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise InvalidRequest(_BAD_JSON, code="invalid_json") from None
     validate_body(body)
     return body  # type: ignore[no-any-return]
+
+
+def caller(request: web.Request, route: str, body: dict[str, Any]
+           ) -> tuple[str, SessionKey, str | None, bool]:
+    """Who asks: the tenant, the session (bound to the request's log lines), the caller's
+    own upstream key (auth mode `passthrough`), and whether the provider has yet to accept
+    that key: until it has once, the turn's writes wait for its answer, so a bogus key
+    fills no store."""
+    tenant = tenant_of(request)
+    key = session_key(request.headers.get("X-Session-ID"), tenant, body)
+    structlog.contextvars.bind_contextvars(session=key.id, route=route)
+    api_key = upstream_key_of(request)
+    guard = request.app.get(AUTH)
+    unproven = api_key is not None and guard is not None and not guard.proven(tenant)
+    return tenant, key, api_key, unproven
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -57,14 +77,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             raise _no_route(settings, body["model"])
         upstream = request.app[UPSTREAM]
         upstream.check(route, body)
-        tenant = tenant_of(request)
-        key = session_key(request.headers.get("X-Session-ID"), tenant, body)
-        structlog.contextvars.bind_contextvars(session=key.id, route=route.name)
-        # passthrough: until the provider has accepted this caller's key once, the turn's
-        # writes wait for its answer, so a bogus key fills no store
-        api_key = upstream_key_of(request)
-        guard = request.app.get(AUTH)
-        unproven = api_key is not None and guard is not None and not guard.proven(tenant)
+        tenant, key, api_key, unproven = caller(request, route.name, body)
         # a turn that drops nothing logs its decisions while it is forwarded (answered
         # once they are written: `settled`)
         prepared = await request.app[PIPELINE].prepare(body, route, tenant, key,

@@ -31,13 +31,11 @@ import structlog
 from aiohttp import web
 
 from proxy import metrics
-from proxy.auth import AUTH, tenant_of, upstream_key_of
-from proxy.errors import InvalidRequest, PayloadTooLarge
-from proxy.handlers import accepted
+from proxy.errors import InvalidRequest
+from proxy.handlers import accepted, caller, read_raw
 from proxy.items import Plan, Untranslatable, to_chat, to_items
 from proxy.keys import PIPELINE, SETTINGS, UPSTREAM
 from proxy.passthrough import send
-from proxy.session import session_key
 from proxy.upstream.transport import Target
 from proxy.upstream.via_responses import respond, respond_stream
 from proxy.validate import validate_body
@@ -53,12 +51,7 @@ CARRIED = ("user", "metadata", "tools", "tool_choice", "stream")
 
 async def responses(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        limit = request.app[SETTINGS].server.max_body_mb
-        raise PayloadTooLarge(f"Request body is larger than the configured limit of {limit:g} MB "
-                              "(server.max_body_mb).") from None
+    raw = await read_raw(request)
     with QUIET.busy():
         body, chat, plan, why = _translated(raw)
         if body is None or chat is None or plan is None:
@@ -70,12 +63,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
         if route is None:
             log.info("responses_passed", reason="no route takes the model")
             return await send(request, "responses", raw)
-        tenant = tenant_of(request)
-        key = session_key(request.headers.get("X-Session-ID"), tenant, chat)
-        structlog.contextvars.bind_contextvars(session=key.id, route=route.name)
-        api_key = upstream_key_of(request)
-        guard = request.app.get(AUTH)
-        unproven = api_key is not None and guard is not None and not guard.proven(tenant)
+        tenant, key, api_key, unproven = caller(request, route.name, chat)
         pipeline = request.app[PIPELINE]
         prepared = await pipeline.prepare(chat, route, tenant, key, defer=unproven,
                                           beside=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import warnings
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any
 
 import litellm
@@ -78,15 +78,10 @@ def refuse_unsupported(target: Target, body: dict[str, Any]) -> None:
             code="unsupported_tool_type", param="tools")
 
 
-def _kwargs(target: Target, body: dict[str, Any], stream: bool) -> dict[str, Any]:
-    fields = {k: v for k, v in body.items() if k not in CONTROL}
-    if not stream:
-        fields.pop("stream_options", None)
-    # LiteLLM's provider transforms edit messages and tools in place; the pipeline's dicts
-    # must come back untouched, so LiteLLM gets its own copy (one orjson round trip).
-    kw: dict[str, Any] = orjson.loads(orjson.dumps({"messages": body.get("messages"), **fields}))
-    kw.update(model=target.model, stream=stream, timeout=target.timeout, max_retries=0,
-              num_retries=0)  # the client decides about retries; Retry-After reaches it
+def route_kwargs(target: Target, stream: bool) -> dict[str, Any]:
+    """What the route decides of a LiteLLM call: model, where, key, headers, timeout, mock,
+    `drop_params`."""
+    kw: dict[str, Any] = {"model": target.model, "stream": stream, "timeout": target.timeout}
     if target.api_base:
         kw["api_base"] = target.api_base
     if target.api_key:
@@ -97,6 +92,18 @@ def _kwargs(target: Target, body: dict[str, Any], stream: bool) -> dict[str, Any
         kw["mock_response"] = target.mock_response
     if target.drop_params:
         kw["drop_params"] = True
+    return kw
+
+
+def _kwargs(target: Target, body: dict[str, Any], stream: bool) -> dict[str, Any]:
+    fields = {k: v for k, v in body.items() if k not in CONTROL}
+    if not stream:
+        fields.pop("stream_options", None)
+    # LiteLLM's provider transforms edit messages and tools in place; the pipeline's dicts
+    # must come back untouched, so LiteLLM gets its own copy (one orjson round trip).
+    kw: dict[str, Any] = orjson.loads(orjson.dumps({"messages": body.get("messages"), **fields}))
+    kw.update(route_kwargs(target, stream), max_retries=0,
+              num_retries=0)  # the client decides about retries; Retry-After reaches it
     if "metadata" in kw:
         # LiteLLM takes `metadata` as its own (logging) and never sends it on. OpenAI's
         # wire has it (tags on a stored completion): it goes as a body field there; other
@@ -177,7 +184,7 @@ async def open_stream(target: Target, body: dict[str, Any]) -> ClosingStream:
     async def close() -> None:
         await stream.aclose()  # closes the provider's HTTP response
 
-    return ClosingStream(_frames(target, first, stream), close, from_litellm(stream))
+    return ClosingStream(frames(target, first, stream), close, from_litellm(stream))
 
 
 async def warm(targets: Iterable[Target]) -> None:
@@ -197,13 +204,17 @@ async def warm(targets: Iterable[Target]) -> None:
             importlib.import_module("litellm.main").encoding  # noqa: B018 (loads it)
 
 
-async def _frames(target: Target, first: Any, stream: Any) -> AsyncGenerator[bytes, None]:
+async def frames(target: Target, first: Any, stream: Any,
+                 frame: Callable[[Any], bytes] = chunk_event, done: bytes = _DONE
+                 ) -> AsyncGenerator[bytes, None]:
+    """A LiteLLM stream's items as SSE frames (`frame`), ending in `done`, or in an error
+    event if the provider fails midway."""
     try:
         if first is not None:
-            yield chunk_event(first)
-            async for chunk in stream:
-                yield chunk_event(chunk)
+            yield frame(first)
+            async for item in stream:
+                yield frame(item)
     except Exception as exc:
         yield sse_error(_fail(target, exc, midstream=True))
         return
-    yield _DONE
+    yield done

@@ -19,8 +19,8 @@ import orjson
 
 from proxy.errors import ProxyError
 from proxy.upstream.errors import map_upstream_error
-from proxy.upstream.transport import ClosingStream, Target, UpstreamReply, sse_error
-from proxy.upstream.via_litellm import CONTROL
+from proxy.upstream.transport import ClosingStream, Target, UpstreamReply
+from proxy.upstream.via_litellm import CONTROL, frames, route_kwargs
 
 # the Responses body's own fields LiteLLM would read as its controls: none go through
 # from the client but the request's own (input, instructions, tools…)
@@ -35,17 +35,7 @@ def _kwargs(target: Target, body: dict[str, Any], stream: bool) -> dict[str, Any
     fields.pop("model", None)
     fields.pop("stream", None)
     kw: dict[str, Any] = orjson.loads(orjson.dumps(fields))  # LiteLLM edits in place
-    kw.update(model=target.model, stream=stream, timeout=target.timeout)
-    if target.api_base:
-        kw["api_base"] = target.api_base
-    if target.api_key:
-        kw["api_key"] = target.api_key
-    if target.extra_headers:
-        kw["extra_headers"] = dict(target.extra_headers)
-    if target.mock_response is not None:
-        kw["mock_response"] = target.mock_response
-    if target.drop_params:
-        kw["drop_params"] = True
+    kw.update(route_kwargs(target, stream))
     if target.default_max_tokens is not None and kw.get("max_output_tokens") is None:
         kw["max_output_tokens"] = target.default_max_tokens  # what the proxy reserved
     return kw
@@ -83,7 +73,7 @@ async def respond_stream(target: Target, body: dict[str, Any]) -> ClosingStream:
         if closing is not None:
             await closing()
 
-    return ClosingStream(_frames(target, first, stream), close, {})
+    return ClosingStream(frames(target, first, stream, event_frame, b""), close, {})
 
 
 def event_frame(event: Any) -> bytes:
@@ -126,13 +116,3 @@ async def _whole(response: dict[str, Any]) -> AsyncGenerator[bytes, None]:
             yield event("response.content_part.done", **at, part=part)
         yield event("response.output_item.done", output_index=i, item=item)
     yield event("response.completed", response=response)
-
-
-async def _frames(target: Target, first: Any, stream: Any) -> AsyncGenerator[bytes, None]:
-    try:
-        if first is not None:
-            yield event_frame(first)
-            async for event in stream:
-                yield event_frame(event)
-    except Exception as exc:
-        yield sse_error(_fail(target, exc, midstream=True))
