@@ -26,7 +26,22 @@ from typing import Any
 import aiohttp
 
 import proxy  # noqa: F401  (offline defaults)
-from bench.agentloop import TAU, TAU_MAX_OUT, TAU_WINDOW, config
+from bench import agentgen
+from bench.agentgen import FACT_KINDS
+from bench.agentloop import (
+    FULL,
+    MAX_OUT,
+    QUICK,
+    TAU,
+    TAU_MAX_OUT,
+    TAU_WINDOW,
+    WINDOW,
+    AgentLoop,
+    Facts,
+    Phase,
+    Plan,
+    config,
+)
 from bench.harness import HttpTarget, ProxyProcess, free_port
 from bench.replay import Meter, Replay, ReplayStats, Sent
 from proxy.items import to_chat
@@ -63,33 +78,48 @@ class ResponsesTarget(HttpTarget):
         req: dict[str, Any] = {"model": self.model, "input": items}
         if instructions is not None:
             req["instructions"] = instructions
+        if body.get("tools"):  # chat's nest the function; the Responses API's are flat
+            req["tools"] = [{"type": "function", **t["function"]} for t in body["tools"]]
         sent, got = await self.post("/v1/responses", req, session)
         if got is not None:
             sent.messages = to_chat(got).messages
         return sent
 
 
-async def run_both(n: int = 40) -> dict[str, tuple[ReplayStats, list[float]]]:
+Result = tuple[ReplayStats, list[float], Facts]
+
+
+async def run_both(n: int = 40, plan: Plan = FULL) -> dict[str, Result]:
     from tests.support.openai_server import UpstreamServer
 
     trajs = json.loads(TAU.read_text())[:n]
+    meter = Meter()
+    generated = agentgen.sessions(plan.per_kind, plan.seed, WINDOW, plan.lo, plan.hi,
+                                  tokens=meter.tokens)
     upstream = await UpstreamServer(context_window=None, record=True).start()
     tmp = Path(tempfile.mkdtemp(prefix="ctxw-responses-"))
     port = free_port()
     proc = ProxyProcess(config(tmp, port, upstream.url, "rwoe"), port).start()
-    out: dict[str, tuple[ReplayStats, list[float]]] = {}
+    out: dict[str, Result] = {}
     try:
         await proc.ready()
         async with aiohttp.ClientSession() as http:
             for label, kind in (("chat", HttpTarget), ("responses", ResponsesTarget)):
                 stats = ReplayStats(label, TAU_WINDOW, TAU_MAX_OUT)
-                replay = Replay(kind(http, proc.url, upstream, "tau-1"), stats, Meter())
+                replay = Replay(kind(http, proc.url, upstream, "tau-1"), stats, meter)
                 for t in trajs:
                     await replay.session(t["traj"], f"{label}-{t['task_id']}-{t['trial']}")
-                out[label] = (stats, [])
+                # the agent-loop section's back-to-back sessions: facts asked in plain words
+                phase = Phase(ReplayStats(label, WINDOW, MAX_OUT))
+                for i, s in enumerate(generated):
+                    sid = f"gen-{label}-{i}"
+                    qs = {(sid, k): f for k, f in s.question_requests().items()}
+                    await AgentLoop(kind(http, proc.url, upstream, "loop-1"), phase, meter,
+                                    s.tools, questions=qs).session(s.messages, sid)
+                out[label] = (stats, [], phase.facts)
         proc.stop()
         for line in proc.log_lines("request"):
-            if line.get("overhead_ms") is not None:
+            if line.get("overhead_ms") is not None and line.get("route") == "tau":
                 label = "responses" if line.get("endpoint") == "responses" else "chat"
                 out[label][1].append(float(line["overhead_ms"]))
     finally:
@@ -100,23 +130,30 @@ async def run_both(n: int = 40) -> dict[str, tuple[ReplayStats, list[float]]]:
 
 
 def run(quick: bool = False) -> str:
-    n = 8 if quick else 40
-    got = asyncio.run(run_both(n))
-    rows = ["| endpoint | requests | reference hit rate | valid forwards | refused / errors | "
-            "client tokens forwarded | cache-prefix ratio | overhead p50 / p95 (ms) |",
-            "|---|---|---|---|---|---|---|---|"]
-    for label, (s, ms) in got.items():
+    n, plan = (8, QUICK) if quick else (40, FULL)
+    got = asyncio.run(run_both(n, plan))
+    rows = ["| endpoint | tau-bench requests | reference hit rate | valid forwards | "
+            "refused / errors | client tokens forwarded | cache-prefix ratio | "
+            "overhead p50 / p95 (ms) | generated sessions: facts kept (tool / user / "
+            "constraint) |", "|---|---|---|---|---|---|---|---|---|"]
+    for label, (s, ms, facts) in got.items():
+        kinds = " / ".join(f"{facts.kept[k]}/{facts.asked[k]}" for k in FACT_KINDS)
         ms.sort()
         p95 = ms[min(len(ms) - 1, int(0.95 * len(ms)))] if ms else float("nan")
         rows.append(f"| `{'/v1/chat/completions' if label == 'chat' else '/v1/responses'}` | "
                     f"{s.requests} | {s.hit_rate:.3f} | {s.valid} of {s.forwarded} | "
                     f"{s.refused} / {s.errors} | {1 - s.reduction:.3f} | "
                     f"{s.prefix_ratio:.3f} | "
-                    f"{statistics.median(ms) if ms else float('nan'):.1f} / {p95:.1f} |")
+                    f"{statistics.median(ms) if ms else float('nan'):.1f} / {p95:.1f} | "
+                    f"{sum(facts.kept.values())}/{facts.total} ({kinds}) |")
     return (f"tau-bench's first {n} trajectories at 3,000 tokens through one `ctxwarden serve` "
             "(RWOE, recall on), each as chat requests and again as Responses requests "
             "carrying the same history as items; what reached the stand-in upstream scored "
-            "as chat (bench/responses.py). Overhead is the server's own (`overhead_ms`).\n\n"
+            "as chat (bench/responses.py). Overhead is the server's own (`overhead_ms`). "
+            "Then the agent-loop section's back-to-back generated sessions (seed "
+            f"{plan.seed}, an 8,000-token window, tools declared) through each endpoint: "
+            "a fact is kept when its answer reached the upstream on the turn that asks "
+            "it.\n\n"
             + "\n".join(rows))
 
 
