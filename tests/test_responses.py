@@ -15,29 +15,15 @@ from structlog.testing import capture_logs
 
 from proxy.app import init_app
 from proxy.config import Settings
-from proxy.items import Untranslatable, to_chat, to_items
 from proxy.keys import PIPELINE
 from store.base import MemoryStore
 from tests.support import providers
 from tests.support.app import ClientFactory, settings_for
+from tests.support.items import fc, out, said
 from tests.support.messages import filler
 from tests.support.openai_server import UpstreamServer
 
 FACT = "The staging database host is pg-stage-7.internal:5433."
-
-
-def fc(cid: str, name: str = "read_file", args: str = "{}") -> dict[str, Any]:
-    return {"type": "function_call", "call_id": cid, "name": name, "arguments": args}
-
-
-def out(cid: str, text: str) -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": cid, "output": text}
-
-
-def said(role: str, text: str) -> dict[str, Any]:
-    return {"type": "message", "role": role,
-            "content": [{"type": "input_text" if role == "user" else "output_text",
-                         "text": text}]}
 
 
 def loop_items(rounds: int, question: str | None = None) -> list[dict[str, Any]]:
@@ -183,43 +169,6 @@ async def test_admin_sent_holds_the_responses_body_as_sent(
     assert orjson.loads(await kept.read()) == upstream.history[-1].body
 
 
-def test_items_left_out_take_their_reasoning_and_keep_their_order() -> None:
-    items = [said("user", "go"), {"type": "reasoning", "id": "rs_0", "summary": []},
-             fc("c0"), fc("c1"), out("c0", "zero"), out("c1", "one"),
-             {"type": "reasoning", "id": "rs_1", "summary": []}, said("assistant", "done"),
-             said("user", "next")]
-    plan = to_chat({"input": items, "instructions": "be brief"})
-    roles = [m["role"] for m in plan.messages]
-    assert roles == ["system", "user", "assistant", "tool", "tool", "assistant", "user"]
-    assert [c["id"] for c in plan.messages[2]["tool_calls"]] == ["c0", "c1"]  # parallel
-    assert plan.sources[2] == [1, 2, 3] and plan.sources[5] == [6, 7]
-    # the calls and their outputs left out (as the fit drops a group): so is rs_0
-    kept = (0, 1, 5, 6)
-    fitted = [plan.messages[k] for k in kept]
-    assert to_items(plan, fitted, kept) == [items[0], items[6], items[7], items[8]]
-    # a stub in place of an output, and a recall block on the last user message
-    stub = {**plan.messages[3], "content": "[ctxwarden: offloaded]"}
-    block = {**plan.messages[6], "content": [*plan.messages[6]["content"],
-                                             {"type": "text", "text": "[recalled]"}]}
-    got = to_items(plan, [plan.messages[0], plan.messages[1], plan.messages[2], stub,
-                          plan.messages[4], plan.messages[5], block], tuple(range(7)))
-    assert got[4] == {**items[4], "output": "[ctxwarden: offloaded]"}
-    assert got[-1]["content"] == [*items[8]["content"],
-                                  {"type": "input_text", "text": "[recalled]"}]
-    assert got[:4] == items[:4] and got[5:8] == items[5:8]
-
-
-def test_a_trailing_reasoning_item_is_not_translated() -> None:
-    with pytest.raises(Untranslatable, match="ends in a reasoning item"):
-        to_chat({"input": [said("user", "go"), {"type": "reasoning", "id": "rs_9"}]})
-
-
-def test_reasoning_counts_with_the_message_it_precedes() -> None:
-    plan = to_chat({"input": [said("user", "go"), {"type": "reasoning", "id": "rs_0",
-                    "encrypted_content": "gAAAA" * 40}, fc("c0"), out("c0", "x")]})
-    assert "gAAAA" in plan.messages[1]["reasoning"]  # counted (proxy/tokens.py)
-
-
 async def test_a_key_the_provider_refuses_writes_nothing(aiohttp_client: ClientFactory) -> None:
     """Auth mode `passthrough`: as for chat, a turn's writes wait for the provider to take
     the caller's key; a refused key leaves no chunk, session or sent body behind."""
@@ -279,21 +228,6 @@ async def test_an_sdk_agent_loop_feeding_its_outputs_back_stays_valid(
     assert "pg-stage-7.internal:5433" in orjson.dumps(upstream.history[-1].body).decode()
 
 
-def test_media_parts_become_the_chat_parts_they_are_priced_as() -> None:
-    image = {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "low"}
-    stored = {"type": "input_image", "file_id": "file-img1"}
-    pdf = {"type": "input_file", "file_id": "file-doc1", "filename": "a.pdf"}
-    plan = to_chat({"input": [{"role": "user", "content": [
-        {"type": "input_text", "text": "look"}, image, stored, pdf]}]})
-    assert plan.messages[0]["content"] == [
-        {"type": "text", "text": "look"},
-        {"type": "image_url", "image_url": {"url": "https://example.com/a.png",
-                                            "detail": "low"}},
-        # no URL to read its size from: the price of an image of unknown size
-        {"type": "image_url", "image_url": {"url": "file-id:file-img1", "detail": "auto"}},
-        {"type": "file", "file": {"file_id": "file-doc1", "filename": "a.pdf"}}]
-
-
 async def test_tools_and_an_output_schema_count_against_the_window(
         client: TestClient[Any, Any], upstream: UpstreamServer) -> None:
     """A tool list and a structured-output schema (`text.format`) count in the request's
@@ -315,31 +249,6 @@ async def test_tools_and_an_output_schema_count_against_the_window(
         body = upstream.history[-1].body
         assert {k: body[k] for k in extra} == extra  # forwarded as sent
     assert sent_in[0] > 8 * 40 and sent_in[1] > 150  # each counted in, words and all
-
-
-def test_hosted_and_shell_calls_are_translated_and_written_back_whole() -> None:
-    """A web search the provider ran is the assistant's doing (its JSON its words); a shell
-    call the client ran pairs with its output like a function's."""
-    search = {"type": "web_search_call", "id": "ws_1", "status": "completed",
-              "action": {"type": "search", "query": "pg 16 release notes"}}
-    shell = {"type": "local_shell_call", "id": "lsh_1", "call_id": "sh_1",
-             "status": "completed", "action": {"type": "exec", "command": ["ls", "-la"]}}
-    result = {"type": "local_shell_call_output", "call_id": "sh_1", "output": "total 0"}
-    items = [said("user", "look it up, then list"), search, said("assistant", "Found it."),
-             shell, result, said("user", "thanks")]
-    plan = to_chat({"input": items})
-    assert plan.messages[1] == {"role": "assistant", "content": orjson.dumps(
-        {k: v for k, v in search.items() if k != "id"}).decode()}
-    assert plan.messages[2]["content"] == [{"type": "text", "text": "Found it."}]
-    assert plan.messages[2]["tool_calls"] == [{"id": "sh_1", "type": "function", "function": {
-        "name": "local_shell", "arguments": '{"action":{"type":"exec","command":["ls","-la"]}}'}}]
-    assert plan.messages[3] == {"role": "tool", "tool_call_id": "sh_1",
-                                "content": "total 0", "name": "local_shell"}
-    kept = tuple(range(len(plan.messages)))
-    assert to_items(plan, plan.messages, kept) == items  # nothing changed: byte for byte
-    stub = {**plan.messages[3], "content": "[ctxwarden: offloaded]"}
-    back = to_items(plan, [*plan.messages[:3], stub, plan.messages[4]], kept)
-    assert back[4] == {**result, "output": "[ctxwarden: offloaded]"}
 
 
 async def test_a_codex_style_history_is_fitted_too(client: TestClient[Any, Any],
