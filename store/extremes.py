@@ -366,9 +366,12 @@ def asked_columns(question: str, columns: dict[str, frozenset[str]],
     if LAPSED.search(question):  # "already lapsed" names a validity's end
         words |= EXPIRING
     paired = pair_initials(question)  # "service level" for `sl_pct`
+    initialled = {t for t, cterms in columns.items()
+                  if any(_initials(c, paired, len(cterms)) for c in cterms)}
     trade = idioms()
-    # "the highest reading" names a measurement, unless a word says which ("the driest")
-    vague = said & VAGUE.keys() if said.isdisjoint(COLUMN_WORDS) else set()
+    # "the highest reading" names a measurement, unless a word says which ("the driest",
+    # "the highest organic carbon reading" of a `TOC` column)
+    vague = said & VAGUE.keys() if said.isdisjoint(COLUMN_WORDS) and not initialled else set()
     for w in said:
         implied = COLUMN_WORDS.get(w) or (VAGUE[w] if w in vague else None)
         if implied:
@@ -386,12 +389,21 @@ def asked_columns(question: str, columns: dict[str, frozenset[str]],
             out[t] = sum(1 for c in cterms if c in started) / math.sqrt(len(cterms))
         elif (t[1:4] in named or t[1:4] == "top" and said & COUNTING) and not (
                 t[1:4] in against and any(c in _TIMES for c in cterms)):
-            held = sum(1 for c in cterms if _holds(words, c) or c in paired)
+            held = sum(1 for c in cterms
+                       if _holds(words, c) or _initials(c, paired, len(cterms)))
             if not held and units and any(_holds(words, c) for c in units.get(t, ())):
                 held = 1  # its unit's words, where its header's hold none of the question's
             if held:
                 out[t] = held / math.sqrt(len(cterms))
     return out
+
+
+def _initials(term: str, paired: frozenset[str], of: int) -> bool:
+    """A column's term is two adjacent words' initials (`sl` of "service level"), or the
+    column is named by three letters alone (`of` terms: 1) that end in them (`TOC` of
+    "organic carbon": "total" goes unsaid; not the `per` of `loss_per_train`)."""
+    return term in paired or (of == 1 and len(term) == 3 and term.isalpha()
+                              and term[1:] in paired)
 
 
 _LONG_WORD = re.compile(r"[A-Za-z]{4,}|\S")

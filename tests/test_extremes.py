@@ -607,6 +607,23 @@ def test_a_columns_two_letter_name_is_matched_by_the_initials_of_two_words() -> 
     assert asked_columns("what was the worst interval?", columns) == {}
 
 
+def test_a_column_named_by_three_letters_is_matched_when_its_first_word_goes_unsaid() -> None:
+    """"the highest organic carbon reading" of a log keyed `TOC=… TEMP=…`: the unsaid
+    "total" leaves "organic carbon", which `TOC` ends in; and the words say which
+    measurement, so "reading" does not fall back on the temperature."""
+    log = "\n".join(f"2024-08-14 {h:02d}:08  LOOP-WFI-2  TOC={t} ppb   TEMP={c}C"
+                     for h, t, c in ((8, 225.2, 82.3), (12, 207.7, 82.8), (14, 382.5, 80.9),
+                                     (16, 135.0, 83.9), (18, 150.1, 81.0), (20, 98.4, 82.0)))
+    columns = {e.tag: column_terms(e.column) for e in extremes(tables(log))}
+    ask = "what was the highest organic carbon reading we saw on the water loop that week?"
+    assert set(asked_columns(ask, columns)) == {tag("max", {"toc"})}
+    temp = tag("max", column_terms("TEMP"))  # its unit's word counts: temperature
+    assert set(asked_columns("what was the highest reading?", columns)) == {temp}
+    # a three-letter term among others is no name of its own: "eval report" is not `per`
+    per = {tag("max", column_terms("loss_per_train")): column_terms("loss_per_train")}
+    assert asked_columns("the top checkpoint in the eval report?", per) == {}
+
+
 def test_a_title_line_over_a_header_of_more_names_is_no_header() -> None:
     report = "\n".join([
         "EXPIRY REPORT  window=90d  run=2024-10-14 06:00",
