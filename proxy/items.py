@@ -39,6 +39,7 @@ from typing import Any
 
 import orjson
 
+ROLES = ("user", "system", "developer", "assistant")
 CALLS = {"function_call": "function", "custom_tool_call": "custom"}
 # the provider's own tools, run on its side: a call item, no output item (its results are
 # in the call); read as what the assistant did, its JSON as its words
@@ -55,9 +56,9 @@ def is_call(kind: Any) -> bool:
 
 
 def is_output(kind: Any) -> bool:
+    """The output item answering such a call (`function_call_output`, …)."""
     return isinstance(kind, str) and kind.endswith("_call_output") and \
         kind[:-len("_output")] not in UNPAIRED
-ROLES = ("user", "system", "developer", "assistant")
 
 
 class Untranslatable(ValueError):
