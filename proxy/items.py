@@ -70,7 +70,6 @@ class Plan:
     messages: list[dict[str, Any]] = field(default_factory=list)
     sources: list[list[int]] = field(default_factory=list)  # message -> its items' indexes
     items: list[Any] = field(default_factory=list)  # the client's, as sent
-    instructions: bool = False  # messages[0] is `instructions`, no item's
 
 
 def to_chat(body: dict[str, Any]) -> Plan:
@@ -80,8 +79,7 @@ def to_chat(body: dict[str, Any]) -> Plan:
     plan = Plan(items=items)
     if isinstance(body.get("instructions"), str) and body["instructions"]:
         plan.messages.append({"role": "system", "content": body["instructions"]})
-        plan.sources.append([])
-        plan.instructions = True
+        plan.sources.append([])  # `instructions`: no item's, and never written back
     waiting: list[int] = []  # reasoning items: they go with the next item, whatever it is
     names: dict[str, str] = {}  # call_id -> the tool's name
     for i, item in enumerate(items):
