@@ -63,6 +63,8 @@ async def responses(request: web.Request) -> web.StreamResponse:
         if route is None:
             log.info("responses_passed", reason="no route takes the model")
             return await send(request, "responses", raw)
+        # no `upstream.check`: LiteLLM's Responses bridge translates custom tools (as a
+        # function of one string), which its chat transform cannot
         tenant, key, api_key, unproven = caller(request, route.name, chat)
         pipeline = request.app[PIPELINE]
         prepared = await pipeline.prepare(chat, route, tenant, key, defer=unproven,

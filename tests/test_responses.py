@@ -342,3 +342,34 @@ async def test_the_demo_routes_mock_answers_the_responses_api(
     finally:
         await api.close()
     assert answer.output_text == "Hello from the demo."
+
+
+async def test_custom_tools_go_through_litellms_responses_bridge(
+        aiohttp_client: ClientFactory) -> None:
+    """Unlike its chat transform (a 400 `unsupported_tool_type` for chat), LiteLLM's
+    Responses bridge sends a custom tool as a function of one string: Codex's
+    `apply_patch` history reaches Anthropic fitted and paired."""
+    provider = await providers.start("anthropic", window=4000)
+    try:
+        route = {"name": "p", "model": "p-*", "context_window": 4000,
+                 "max_output_tokens": 200, "upstream": provider.upstream}
+        client = await aiohttp_client(init_app(
+            Settings(store={"path": ":memory:"}, routes=[route]), store=MemoryStore()))
+        items: list[Any] = [said("user", "Fix the failing tests.")]
+        for i in range(8):
+            items += [{"type": "custom_tool_call", "call_id": f"p{i}", "name": "apply_patch",
+                       "input": f"*** Begin Patch\n*** Update File: src/m{i}.py\n"},
+                      {"type": "custom_tool_call_output", "call_id": f"p{i}",
+                       "output": filler(500, f"p{i}")}]
+        items.append(said("user", "Done?"))
+        provider.enqueue("Yes.")
+        resp = await client.post("/v1/responses", json={
+            "model": "p-1", "input": items,
+            "tools": [{"type": "custom", "name": "apply_patch"}]})
+        assert resp.status == 200 and int(resp.headers["X-Ctxwarden-Evicted"]) > 0
+        assert provider.rejected == 0
+        calls, results = provider.tool_pairs(provider.history[-1].body)
+        assert len(calls) == len(results) > 0
+        assert any("offloaded as chunk" in r for r in results.values())
+    finally:
+        await provider.server.close()
