@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import shutil
 import statistics
 import tempfile
@@ -86,7 +87,7 @@ class ResponsesTarget(HttpTarget):
         return sent
 
 
-Result = tuple[ReplayStats, list[float], Facts]
+Result = tuple[ReplayStats, list[float], Facts, Facts]  # tau, overheads, facts, cold
 
 
 async def run_both(n: int = 40, plan: Plan = FULL) -> dict[str, Result]:
@@ -96,6 +97,10 @@ async def run_both(n: int = 40, plan: Plan = FULL) -> dict[str, Result]:
     meter = Meter()
     generated = agentgen.sessions(plan.per_kind, plan.seed, WINDOW, plan.lo, plan.hi,
                                   tokens=meter.tokens)
+    rng = random.Random(plan.seed)  # the agent-loop section's cold cases, drawn as it does
+    pool = [(s, f) for s in generated for f in s.facts]
+    rng.shuffle(pool)
+    cold = [(agentgen.cold_case(s, f, rng), f, s.tools) for s, f in pool[:plan.cold]]
     upstream = await UpstreamServer(context_window=None, record=True).start()
     tmp = Path(tempfile.mkdtemp(prefix="ctxw-responses-"))
     port = free_port()
@@ -116,7 +121,14 @@ async def run_both(n: int = 40, plan: Plan = FULL) -> dict[str, Result]:
                     qs = {(sid, k): f for k, f in s.question_requests().items()}
                     await AgentLoop(kind(http, proc.url, upstream, "loop-1"), phase, meter,
                                     s.tools, questions=qs).session(s.messages, sid)
-                out[label] = (stats, [], phase.facts)
+                # each a whole history sent for the first time, its question last
+                whole = Phase(ReplayStats(label, WINDOW, MAX_OUT))
+                for i, (msgs, fact, tools) in enumerate(cold):
+                    sid = f"cold-{label}-{i}"
+                    await AgentLoop(kind(http, proc.url, upstream, "loop-1"), whole, meter,
+                                    tools, questions={(sid, len(msgs)): fact}).session(
+                                        msgs, sid, [msgs])
+                out[label] = (stats, [], phase.facts, whole.facts)
         proc.stop()
         for line in proc.log_lines("request"):
             if line.get("overhead_ms") is not None and line.get("route") == "tau":
@@ -135,8 +147,9 @@ def run(quick: bool = False) -> str:
     rows = ["| endpoint | tau-bench requests | reference hit rate | valid forwards | "
             "refused / errors | client tokens forwarded | cache-prefix ratio | "
             "overhead p50 / p95 (ms) | generated sessions: facts kept (tool / user / "
-            "constraint) |", "|---|---|---|---|---|---|---|---|---|"]
-    for label, (s, ms, facts) in got.items():
+            "constraint) | cold whole histories: evidence kept |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for label, (s, ms, facts, cold) in got.items():
         kinds = " / ".join(f"{facts.kept[k]}/{facts.asked[k]}" for k in FACT_KINDS)
         ms.sort()
         p95 = ms[min(len(ms) - 1, int(0.95 * len(ms)))] if ms else float("nan")
@@ -145,7 +158,8 @@ def run(quick: bool = False) -> str:
                     f"{s.refused} / {s.errors} | {1 - s.reduction:.3f} | "
                     f"{s.prefix_ratio:.3f} | "
                     f"{statistics.median(ms) if ms else float('nan'):.1f} / {p95:.1f} | "
-                    f"{sum(facts.kept.values())}/{facts.total} ({kinds}) |")
+                    f"{sum(facts.kept.values())}/{facts.total} ({kinds}) | "
+                    f"{sum(cold.kept.values())}/{cold.total} |")
     return (f"tau-bench's first {n} trajectories at 3,000 tokens through one `ctxwarden serve` "
             "(RWOE, recall on), each as chat requests and again as Responses requests "
             "carrying the same history as items; what reached the stand-in upstream scored "
@@ -153,7 +167,8 @@ def run(quick: bool = False) -> str:
             "Then the agent-loop section's back-to-back generated sessions (seed "
             f"{plan.seed}, an 8,000-token window, tools declared) through each endpoint: "
             "a fact is kept when its answer reached the upstream on the turn that asks "
-            "it.\n\n"
+            f"it; and its {plan.cold} cold cases, each a whole history new to the proxy "
+            "with its question last.\n\n"
             + "\n".join(rows))
 
 
