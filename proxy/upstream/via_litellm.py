@@ -119,7 +119,8 @@ def _kwargs(target: Target, body: dict[str, Any], stream: bool) -> dict[str, Any
     return kw
 
 
-def _fail(target: Target, exc: BaseException, midstream: bool = False) -> ProxyError:
+def fail(target: Target, exc: BaseException, midstream: bool = False) -> ProxyError:
+    """A LiteLLM exception as the proxy's error, mapped at the one boundary."""
     return map_upstream_error(exc, api_base=target.api_base, timeout=target.timeout,
                               secrets=target.secrets, midstream=midstream)
 
@@ -155,7 +156,7 @@ async def complete(target: Target, body: dict[str, Any]) -> UpstreamReply:
     try:
         resp = await litellm.acompletion(**_kwargs(target, body, stream=False))
     except Exception as exc:
-        raise _fail(target, exc) from None
+        raise fail(target, exc) from None
     data = completion_json(resp)
     usage = data.get("usage")
     return UpstreamReply(status=200, body=orjson.dumps(data),
@@ -167,7 +168,7 @@ async def open_stream(target: Target, body: dict[str, Any]) -> ClosingStream:
     try:
         stream = await litellm.acompletion(**_kwargs(target, body, stream=True))
     except Exception as exc:
-        raise _fail(target, exc) from None
+        raise fail(target, exc) from None
     ctype = provider_header(stream, "Content-Type")
     if ctype is not None and ctype.split(";")[0].strip().lower() in _NOT_A_STREAM:
         await stream.aclose()  # LiteLLM would read it as an empty stream: the reply, lost
@@ -179,7 +180,7 @@ async def open_stream(target: Target, body: dict[str, Any]) -> ClosingStream:
         first = None
     except Exception as exc:
         await stream.aclose()
-        raise _fail(target, exc) from None
+        raise fail(target, exc) from None
 
     async def close() -> None:
         await stream.aclose()  # closes the provider's HTTP response
@@ -215,6 +216,6 @@ async def frames(target: Target, first: Any, stream: Any,
             async for item in stream:
                 yield frame(item)
     except Exception as exc:
-        yield sse_error(_fail(target, exc, midstream=True))
+        yield sse_error(fail(target, exc, midstream=True))
         return
     yield done

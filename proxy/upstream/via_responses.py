@@ -17,10 +17,8 @@ from typing import Any
 import litellm
 import orjson
 
-from proxy.errors import ProxyError
-from proxy.upstream.errors import map_upstream_error
 from proxy.upstream.transport import ClosingStream, Target, UpstreamReply
-from proxy.upstream.via_litellm import CONTROL, frames, route_kwargs
+from proxy.upstream.via_litellm import CONTROL, fail, frames, route_kwargs
 
 # the Responses body's own fields LiteLLM would read as its controls: none go through
 # from the client but the request's own (input, instructions, tools…)
@@ -41,16 +39,11 @@ def _kwargs(target: Target, body: dict[str, Any], stream: bool) -> dict[str, Any
     return kw
 
 
-def _fail(target: Target, exc: BaseException, midstream: bool = False) -> ProxyError:
-    return map_upstream_error(exc, api_base=target.api_base, timeout=target.timeout,
-                              secrets=target.secrets, midstream=midstream)
-
-
 async def respond(target: Target, body: dict[str, Any]) -> UpstreamReply:
     try:
         resp: Any = await litellm.aresponses(**_kwargs(target, body, stream=False))
     except Exception as exc:
-        raise _fail(target, exc) from None
+        raise fail(target, exc) from None
     data: dict[str, Any] = resp.model_dump(exclude_none=True)
     usage = data.get("usage")
     return UpstreamReply(status=200, body=orjson.dumps(data),
@@ -66,7 +59,7 @@ async def respond_stream(target: Target, body: dict[str, Any]) -> ClosingStream:
     except StopAsyncIteration:
         first = None
     except Exception as exc:
-        raise _fail(target, exc) from None
+        raise fail(target, exc) from None
 
     async def close() -> None:
         closing = getattr(stream, "aclose", None)
