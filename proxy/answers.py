@@ -53,7 +53,8 @@ _MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|
           r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
 # a date written out (not a log's ISO stamps, which every line of a log holds)
 WRITTEN_DATE = re.compile(rf"\b{_MONTH}\.? \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}}\b|"
-                          rf"\b\d{{1,2}}(?:st|nd|rd|th)? {_MONTH}\.?,? \d{{4}}\b", re.I)
+                          rf"\b\d{{1,2}}(?:st|nd|rd|th)? {_MONTH}\.?,? \d{{4}}\b|"
+                          rf"\b\d{{1,2}}-{_MONTH}-\d{{4}}\b", re.I)
 BOOST = 2.0  # the score of a passage stating a rare value beside the question's words
 TOP = 64  # the best matches looked at: the answer is among them or not found this way
 NEAR = 3  # lines between a matched word and the value: a record's fields

@@ -245,3 +245,19 @@ def test_a_when_question_prefers_the_passage_with_a_date_written_out_near_its_wo
     hits = idx.search(q)
     assert [h.chunk_id for h in hits].index("n3") > 0  # BM25 alone: the talk first
     assert dated_passages(hits, set(idx.query_terms(q))) == {("n3", 0)}
+
+
+def test_a_date_with_its_month_named_between_hyphens_is_written_out() -> None:
+    """FlexLM, Oracle and certificate tools print `31-jan-2025`: a date a when-question
+    asks for, as much as "January 31, 2025"; a log's ISO stamp still is not one."""
+    lmstat = ["MATLAB jobs die with License checkout failed; the license server is up.",
+              "Users of MATLAB:  (Total of 250 licenses issued;  Total of 221 in use)\n"
+              '  "MATLAB" v44, vendor: MLM, expiry: 31-jan-2025\n  floating license',
+              "2025-01-31T00:00:00Z license check MATLAB ok, license server reachable",
+              "CPU Efficiency: 91.99% of 00:53:28 core-walltime, the run used 11.8 GB"]
+    idx = RelevanceIndex()
+    for i, text in enumerate(lmstat):
+        idx.add(f"l{i}", text)
+    q = "When does the core MATLAB license run out?"
+    hits = idx.search(q)
+    assert dated_passages(hits, set(idx.query_terms(q))) == {("l1", 0)}
