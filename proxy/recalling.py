@@ -25,6 +25,7 @@ from proxy.answers import (
     users_passages,
 )
 from proxy.chunking import Conversation
+from proxy.firsts import asks_first, first_passages
 from proxy.fitting import Fit
 from proxy.recall import Block, Recalled, RecallResult, host_of, make_block, select
 from proxy.relate import Relevance
@@ -67,6 +68,9 @@ def within_session(rt: RouteRuntime, conv: Conversation, fit: Fit, rel: Relevanc
     if rel.step.asks and asks_when(rel.step.words):  # a date written out near its words
         words = set(terms(rel.step.words)).union(*(terms(w) for w in rel.related))
         stated |= dated_passages(rel.hits, words)
+    if rel.step.asks and asks_first(rel.step.words):  # the first line that matches, in
+        stated |= first_passages(state.index, rel.hits, rel.step.words,  # a log's order
+                                 state.evicted)
     if rel.step.asks:  # a row that is the extreme the question names states its answer
         stated |= {(h.chunk_id, h.piece) for h in rel.hits if h.note}
     if rel.step.asks and asks_own_words(rel.step.words):  # "what did I tell you about…"
