@@ -31,14 +31,17 @@ In any column, numbers or not, a row is `odd` when its cell differs in shape (di
 aside, a number as any number, a list or record as empty or not) from the shape 80 % of
 the column share, one or two rows and a fifth of them at most: the FAIL among PASSes,
 the instance whose `"Tags"` is `[]`, the line that reads `ALARM door open` where the
-others read `RH=88%`. A question asks for one in words such as "problem", "failed",
-"missing", "no ... label", "a different build", "instead of finishing", "wouldn't
-load", "got rejected" ("didn't add up" a difference left, "overpaid" a negative); a
-superlative
+others read `RH=88%`; or, a text cell as written, from the value they share (`17.2.5`
+among `17.2.7`, `0/1` among `1/1`), or an image or package reference by its tag (the
+`…/checkout-webhooks:v4.17.9` among `…:v4.18.2`, every name its own). A question
+asks for one in words such as "problem", "failed", "missing", "older", "no ... label",
+"a different build", "instead of finishing", "wouldn't load", "got rejected" ("didn't
+add up" a difference left, "overpaid" a negative); a superlative
 ("the slowest", "the longest") asks for the highest and the lowest alike, the column
 telling which (store/extremes.py finds a named column's top and bottom rows, outliers
 or not).
-At most `MAX_ROWS` rows of an output are notable: a table full of oddities has none.
+At most `MAX_ROWS` rows of an output are notable (a row odd in three columns is one): a
+table full of oddities has none.
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ def notable(text: str, found: list[Table] | None = None) -> list[Notable]:
     out: dict[Notable, None] = {}  # once (columns without a header have one name)
     for header, rows in tables(text) if found is None else found:
         out.update(dict.fromkeys(_in_table(header, rows)))
-    return list(out) if len(out) <= MAX_ROWS else []
+    return list(out) if len({n.probes for n in out}) <= MAX_ROWS else []
 
 
 def _in_table(header: Sequence[str] | None, rows: list[Row]) -> Iterator[Notable]:
@@ -169,8 +172,29 @@ def _odd_shapes(cells: list[Any]) -> list[int]:
     first five cells tell most columns apart (ids, names, amounts): no shape three times
     among them, no common one. Where shapes differ too often, by the first word
     (`_first_word`): the one REJECTED among VERIFIED and "VERIFIED (late)"."""
-    return _odd_by(cells, _shape) or (_odd_by(cells, _first_word) if all(
+    odd = _odd_by(cells, _shape) or (_odd_by(cells, _first_word) if all(
         isinstance(c, str) and _LETTERS.match(c.lstrip()) for c in cells[:5]) else [])
+    more = sorted({*odd, *_odd_by(cells, _value), *_odd_by(cells, _tag)})
+    return more if len(more) <= min(2, len(cells) // 5) else odd
+
+
+def _value(cell: Any) -> str:
+    """A text cell as written (`v4.17.9` among `v4.18.2`, `1/2` among `2/2`); a number's,
+    or any other cell's, shape."""
+    if isinstance(cell, str) and number(cell) is None:
+        return cell.strip()
+    return _shape(cell)
+
+
+_TAG = re.compile(r"[/@]\S*:([^\s/:]+)\s*$")
+
+
+def _tag(cell: Any) -> str:
+    """An image or package reference's tag (`v4.17.9-hotfix1` of
+    `…/checkout-webhooks:v4.17.9-hotfix1`); any other cell's shape."""
+    if isinstance(cell, str) and (m := _TAG.search(cell)) is not None:
+        return m.group(1)
+    return _shape(cell)
 
 
 def _first_word(cell: Any) -> str:

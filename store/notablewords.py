@@ -31,7 +31,9 @@ WORDS = {
            "anomalous abnormal unusual odd marked missing without empty blank untagged unlabeled "
            "unlabelled broken no different differs differed unlike instead except "
            "rejected denied declined disapproved refused wouldn couldn didn doesn never "
-           "cannot",
+           "cannot "
+           # a version or image left behind: "still on the older image"
+           "older outdated stale behind lagging",
 }
 TAGS = {kind: f"~{kind}" for kind in WORDS}
 _ASKS: dict[str, frozenset[str]] = {}  # a question's word -> the tags it names

@@ -83,7 +83,7 @@ def test_columns_split_by_spaces_are_a_table_too() -> None:
         f"api-{i}-7c9f                1/1     Running   {i % 2}          3d" for i in range(7)]
     pods[3] = "api-2-7c9f                0/1     CrashLoopBackOff   48   3d"
     assert [(n.kind, n.column) for n in notable("\n".join(pods))] == [
-        ("odd", "STATUS"), ("highest", "RESTARTS")]
+        ("odd", "READY"), ("odd", "STATUS"), ("highest", "RESTARTS")]  # 0/1 among 1/1
 
 
 def test_the_one_failed_line_among_passes_is_odd_in_every_column_it_differs() -> None:
@@ -324,10 +324,10 @@ def test_any_table_is_examined_without_an_error(rows: list[list[str]], sep: str)
         lines = [f"| {line} |" for line in lines]
     text = "\n".join(lines)
     found = notable(text)
-    assert len(found) <= 6
+    assert len({row.probes for row in found}) <= 6  # rows: one may be odd in two columns
     assert all(all(p in text for p in row.probes) for row in found)
     json_rows = json.dumps([dict(zip("abcde", r, strict=False)) for r in rows])
-    assert len(notable(json_rows)) <= 6
+    assert len({row.probes for row in notable(json_rows)}) <= 6
 
 
 def test_json_lines_are_a_table_of_records() -> None:
@@ -515,3 +515,47 @@ def test_what_is_still_waiting_asks_for_the_odd_row_the_empty_cell() -> None:
     # someone waited is a duration
     assert TAGS["odd"] not in asked("Which ticket has been waiting the longest?")
     assert TAGS["odd"] not in asked("How long were ranked players waiting, at p95?")
+
+
+def _deployments(webhooks: str) -> str:
+    names = ["api", "worker", "tax", "fraud-hook", "receipts", "reserve", "quote", "promo",
+             "webhooks", "validate", "writer", "gift-cards"]
+    rows = [f"{'NAME':<22}{'READY':<8}{'IMAGES':<70}AGE"]
+    rows += [f"checkout-{n:<13}{'11/11':<8}"
+             f"{'ecr.aws/checkout-' + n + ':' + (webhooks if n == 'webhooks' else 'v4.18.2'):<70}"
+             f"{40 + k}d" for k, n in enumerate(names)]
+    return "\n".join(rows)
+
+
+def test_the_one_image_left_on_another_tag_is_odd_though_every_name_differs() -> None:
+    """Every image's name differs, so its cell has no common shape or value; its tag does
+    (`v4.17.9` among `v4.18.2`). "Still on the older image" asks for the odd row."""
+    found = notable(_deployments("v4.17.9"))
+    assert [(n.kind, n.column) for n in found] == [("odd", "IMAGES")]
+    assert "checkout-webhooks" in found[0].probes[0]
+    assert TAGS["odd"] in asked("Which deployment was still on the older image?")
+    assert notable(_deployments("v4.18.2")) == []
+
+
+def test_a_version_cell_unlike_the_rest_is_odd_beside_a_row_odd_in_shape() -> None:
+    """A daemon on 17.2.5 among 17.2.7s is odd by its cell as written, though the shape
+    is the same; the daemon whose version is unknown is odd by shape; both count."""
+    rows = [f"{'NAME':<16}{'STATUS':<10}VERSION"] + [
+        f"osd.{k:<12}{'running':<10}{'17.2.5' if k == 3 else '<unknown>' if k == 7 else '17.2.7'}"
+        for k in range(12)]
+    odd = {n.probes[0].split()[0] for n in notable("\n".join(rows)) if n.column == "VERSION"}
+    assert odd == {"osd.3", "osd.7"}
+
+
+def test_a_row_odd_in_several_columns_counts_once_toward_the_cap() -> None:
+    """At most `MAX_ROWS` rows of an output are notable: one row odd in four columns is
+    one row, not four."""
+    rows = [f"{'NAME':<10}{'HOST':<8}{'STATUS':<10}{'VERSION':<10}IMAGE"] + [
+        f"d.{k:<8}{'h' + str(k % 3):<8}{'error' if k == 5 else 'running':<10}"
+        f"{'16.0.1' if k == 5 else '17.2.7':<10}{'cc65af' if k == 5 else 'ff4519'}"
+        for k in range(14)]
+    rows[3] = rows[3].replace("ff4519", "aa0000")  # two more rows odd, in one column
+    rows[9] = rows[9].replace("17.2.7", "17.2.6")
+    found = notable("\n".join(rows))
+    assert {n.probes[0].split()[0] for n in found} == {"d.2", "d.5", "d.8"}
+    assert len(found) > 3  # d.5's row, odd in three columns
