@@ -1,4 +1,4 @@
-"""Facts kept on workloads written apart: fifteen sets of black-box sessions.
+"""Facts kept on workloads written apart: sixteen sets of black-box sessions.
 
 Each was written by a helper that saw none of ctxwarden's code or benches, with a
 generator of its own (one-offs, not kept; the sessions are kept as data):
@@ -155,6 +155,20 @@ generator of its own (one-offs, not kept; the sessions are kept as data):
   changed for it (`47640e3`): RWOE kept 266 / 268 of 288 back to back / cold (tool
   facts 170 / 192), the same through `ctxwarden serve` with the `openai` SDK as the
   client and no session header; mask 266 / 265, lru 266 / 266, truncate 266 / 265.
+- *sixteenth* (`tests/data/blackbox16-sessions.json.gz`, 2026-12-08, measured first):
+  six more domains (a coding agent fixing a slow, memory-hungry .NET 8 background worker,
+  a wind farm's SCADA desk, a public library network's circulation desk, a cruise ship's
+  hotel operations, an agronomy field-trial station, an esports tournament's
+  operations), two sessions each (the two ask in nearly the same words; names, ids and
+  values differ); 12 sessions of 98-103 messages (~45-48k tokens, 34-36 tool outputs of
+  ~6 to ~7,400 tokens: dotnet build and test output, dotnet-counters, EF Core SQL logs,
+  turbine boards, 10-minute SCADA CSV, alarm journals, ILS loan and hold tables, RFID
+  gate logs, galley temperature logs, folios, plot layouts, soil tests, NDVI summaries,
+  bracket JSON, match server logs, anti-cheat flags), 144 facts (96 tool, 24 user, 24
+  constraint), each asked 35 or more messages later, a third of the asking messages
+  asking two. Measured before it was read, on the code of the session's start and of
+  its end (the same): RWOE kept 113 / 116 of 144 back to back / cold (tool facts 65 /
+  68); mask 112 / 115, lru 112 / 113, truncate 112 / 114.
 Questions name neither the answer nor, where avoidable, its label.
 
 Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every
@@ -205,7 +219,8 @@ SETS = {"first": _DIR / "blackbox-sessions.json.gz",
         "twelfth": _DIR / "blackbox12-sessions.json.gz",
         "thirteenth": _DIR / "blackbox13-sessions.json.gz",
         "fourteenth": _DIR / "blackbox14-sessions.json.gz",
-        "fifteenth": _DIR / "blackbox15-sessions.json.gz"}
+        "fifteenth": _DIR / "blackbox15-sessions.json.gz",
+        "sixteenth": _DIR / "blackbox16-sessions.json.gz"}
 DATA = SETS["first"]
 PACED = ("rwoe", "mask")
 

@@ -63,7 +63,7 @@ SECTIONS: dict[str, tuple[str, str, Callable[[bool], Any]]] = {
               "owes to its draw: the same sessions' generator on seeds 0-19, every policy, in "
               "process (bench/seeds.py).", _run("bench.seeds")),
     "blackbox": ("Facts kept on a workload written apart", "Sessions written apart by "
-                 "helpers that saw no code here (fifteen sets, eighty-nine domains nobody "
+                 "helpers that saw no code here (sixteen sets, ninety-five domains nobody "
                  "here tuned for; the third, fourth and fifteenth are never studied, only "
                  "counted), "
                  "every policy, in "

@@ -24,7 +24,8 @@ from bench import blackbox
     ("twelfth", 12, {"tool": 96, "user": 24, "constraint": 24}),
     ("thirteenth", 12, {"tool": 96, "user": 24, "constraint": 24}),
     ("fourteenth", 12, {"tool": 96, "user": 24, "constraint": 24}),
-    ("fifteenth", 12, {"tool": 192, "user": 48, "constraint": 48})])
+    ("fifteenth", 12, {"tool": 192, "user": 48, "constraint": 48}),
+    ("sixteenth", 12, {"tool": 96, "user": 24, "constraint": 24})])
 def test_the_kept_sessions_plant_each_answer_once_and_ask_for_it_in_other_words(
         name: str, sessions: int, kinds: dict[str, int]) -> None:
     data = blackbox.sessions(blackbox.SETS[name])
