@@ -166,9 +166,10 @@ generator of its own (one-offs, not kept; the sessions are kept as data):
   gate logs, galley temperature logs, folios, plot layouts, soil tests, NDVI summaries,
   bracket JSON, match server logs, anti-cheat flags), 144 facts (96 tool, 24 user, 24
   constraint), each asked 35 or more messages later, a third of the asking messages
-  asking two. Measured before it was read, on the code of the session's start and of
-  its end (the same): RWOE kept 113 / 116 of 144 back to back / cold (tool facts 65 /
-  68); mask 112 / 115, lru 112 / 113, truncate 112 / 114.
+  asking two. Measured before it was read, on the code of that session's start and of
+  its notable-row change (the same): RWOE kept 113 / 116 of 144 back to back / cold
+  (tool facts 65 / 68); mask 112 / 115, lru 112 / 113, truncate 112 / 114. Then read:
+  "far more … than the rest" names a column's outlier (117 / 120).
 Questions name neither the answer nor, where avoidable, its label.
 
 Replayed here in process (`Pipeline.prepare`, the agent-loop route's settings, every

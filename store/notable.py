@@ -36,7 +36,8 @@ among `17.2.7`, `0/1` among `1/1`), or an image or package reference by its tag 
 `…/checkout-webhooks:v4.17.9` among `…:v4.18.2`, every name its own). A question
 asks for one in words such as "problem", "failed", "missing", "older", "no ... label",
 "a different build", "instead of finishing", "wouldn't load", "got rejected" ("didn't
-add up" a difference left, "overpaid" a negative); a superlative
+add up" a difference left, "overpaid" a negative, "far more than the rest" the
+highest); a superlative
 ("the slowest", "the longest") asks for the highest and the lowest alike, the column
 telling which (store/extremes.py finds a named column's top and bottom rows, outliers
 or not).

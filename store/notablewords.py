@@ -65,6 +65,12 @@ _NEW_SUBJECT = re.compile(
 _STILL = re.compile(r"\bstill\s+(?:waiting|pending)\b|\bawaiting\b|\boutstanding\b",
                     re.IGNORECASE)
 
+# "renewed far more than anything else", "much lower than the rest": a row that stands
+# apart from its column, above or below (an intensifier first: "more than a day" is not)
+_FAR = re.compile(r"\b(?:far|much|way|vastly|many times)\s+(?:(more|higher|larger|bigger|"
+                  r"greater|longer|heavier)|(less|fewer|lower|smaller|shorter|lighter))\b",
+                  re.IGNORECASE)
+
 
 def asked(question: str) -> set[str]:
     """The tags `question`'s words name."""
@@ -77,6 +83,8 @@ def asked(question: str) -> set[str]:
         out.add(TAGS["odd"])
     if _ADD_UP.search(question):  # "which kit didn't add up": a difference left over
         out |= {TAGS["nonzero"], TAGS["negative"]}
+    for m in _FAR.finditer(question):
+        out.add(TAGS["highest"] if m.group(1) else TAGS["lowest"])
     for w in WORD.findall(question):
         low = w.lower()
         tags = _ASKS.get(low)

@@ -225,6 +225,28 @@ def test_a_question_names_tags_only_with_words_that_mean_an_extreme() -> None:
     assert asked("Which tickets are under review? The top one, below.") == set()
 
 
+def test_far_more_or_much_lower_than_the_rest_asks_for_the_row_apart() -> None:
+    """"Renewed far more than anything else", "far more phosphorus than all the
+    others": the column's outlier, above or below; "more than a day" is no outlier."""
+    assert asked("Which item has been renewed far more than anything else?") == {
+        TAGS["highest"]}
+    assert asked("which well reads much lower than the rest?") == {TAGS["lowest"]}
+    assert asked("Which cabin has had its do-not-disturb up for more than a day?") == set()
+    idx = RelevanceIndex()
+    idx.add("soil", "\n".join(
+        ["sample_id,plot,ph_water,olsen_p_mg_kg,k_mg_kg"]
+        + [f"ST-24-{100 + k},{101 + k},6.{k},{'85.4' if k == 7 else 20 + k},2{k}0"
+           for k in range(12)]))
+    idx.add("notes", "Soil samples went to the lab on Monday; phosphorus results by Friday.")
+    assert idx.examine() == 0
+    q = "Which soil sample came back with far more phosphorus than all the others?"
+    tags = idx.notable_terms(q)
+    assert set(tags) == {TAGS["highest"]}
+    plain = {h.chunk_id: h.score for h in idx.search(idx.query_terms(q))}
+    (row,) = [h for h in idx.search({**idx.query_terms(q), **tags}) if h.chunk_id == "soil"]
+    assert row.note == "highest olsen_p_mg_kg" and row.score > plain.get("soil", 0.0)
+
+
 def test_a_question_names_the_odd_one_by_how_it_differs_and_an_end_by_a_superlative(
         ) -> None:
     """"A different build from the rest", "unlike the others", "instead of finishing",
