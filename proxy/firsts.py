@@ -12,7 +12,7 @@ any line does (its terms weighted by how few of the output's lines hold them) is
 recall's "stated" passage (`proxy/recall.py: select` boosts it as it does a stated value,
 `proxy/answers.py`). Where the question asks what came after an event ("after the X-band
 transmitter switched itself off": `proxy/step.py: onward_terms`), the search starts after
-the line that names that event best, when one names most of its words.
+the line that names that event best, when one names half its words or more.
 """
 
 from __future__ import annotations
